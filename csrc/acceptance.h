@@ -1,0 +1,37 @@
+// Lossless acceptance (DESIGN.md §3): pure functions of the drafts and the distributions.
+//
+// Given drafts d_1..d_k and target rows p_1..p_{k+1} (p_i is the target's distribution for the
+// position of d_i; p_{k+1} follows d_k), each function returns n accepted drafts and one more
+// token from the target: a correction (some d_i was rejected) or a bonus (all k accepted).
+// Either way a step emits n + 1 tokens.
+#pragma once
+
+#include <vector>
+
+#include "sampling.h"
+
+namespace localspec {
+
+struct Acceptance {
+    int n_accepted = 0;
+    Token token = -1;    // the correction or bonus token
+    bool bonus = false;  // true: all drafts accepted and `token` came from p_{k+1}
+};
+
+// Greedy: accept d_i while d_i == argmax p_i; the first mismatch is replaced by argmax p_i.
+// target_argmax has k + 1 entries.
+Acceptance accept_greedy(const std::vector<Token>& drafts, const std::vector<Token>& target_argmax);
+
+// Speculative sampling (Leviathan et al. 2023; Chen et al. 2023). Accept d_i with probability
+// min(1, p_i(d_i) / q_i(d_i)); on the first rejection sample the correction from
+// norm(max(0, p_i - q_i)); after k acceptances sample the bonus from p_{k+1}.
+// Then P(emit x) = q(x) min(1, p/q) + (1 - sum_y min(p, q)) * max(0, p - q)(x) / Z = p(x).
+// `q` empty means a deterministic drafter (q_i is a point mass on d_i): accept with p_i(d_i)
+// and the correction comes from p_i with d_i removed.
+Acceptance accept_sampled(const std::vector<Token>& drafts, const std::vector<Distribution>& p,
+                          const std::vector<Distribution>& q, Rng& rng);
+
+// norm(max(0, p - q)); falls back to p when the residual has no mass (p == q).
+Distribution residual(const Distribution& p, const Distribution& q);
+
+}  // namespace localspec

@@ -1,0 +1,245 @@
+// The only pybind11 file: converts types and releases the GIL around model work. No logic.
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+
+#include "acceptance.h"
+#include "engine.h"
+#include "errors.h"
+
+namespace py = pybind11;
+using namespace localspec;
+
+namespace {
+
+py::dict stats_to_dict(const GenerationStats& s) {
+    py::dict d;
+    d["prompt_tokens"] = s.prompt_tokens;
+    d["n_tokens"] = s.n_tokens;
+    d["drafted"] = s.drafted;
+    d["accepted"] = s.accepted;
+    d["rejected"] = s.rejected;
+    d["target_passes"] = s.target_passes;
+    d["acceptance_rate"] = s.acceptance_rate();
+    d["mean_accepted_length"] = s.mean_accepted_length();
+    d["accepted_length_histogram"] = s.accepted_length_histogram;
+    d["drafted_by_position"] = s.drafted_by_position;
+    d["accepted_by_position"] = s.accepted_by_position;
+    d["prefill_seconds"] = s.prefill_seconds;
+    d["draft_seconds"] = s.draft_seconds;
+    d["verify_seconds"] = s.verify_seconds;
+    d["other_seconds"] = s.other_seconds;
+    d["generation_seconds"] = s.generation_seconds;
+    d["time_to_first_token"] = s.time_to_first_token;
+    d["tokens_per_second"] = s.tokens_per_second();
+    d["prefill_tokens_per_second"] = s.prefill_tokens_per_second();
+    d["draft_max"] = s.draft_max;
+    return d;
+}
+
+std::vector<int> provenance_ints(const std::vector<Provenance>& p) {
+    std::vector<int> out;
+    out.reserve(p.size());
+    for (Provenance v : p) out.push_back(static_cast<int>(v));
+    return out;
+}
+
+py::bytes to_bytes(const std::string& s) { return py::bytes(s); }
+
+// Text from the model can end mid-character only in token_piece; decode leniently there.
+py::str to_str(const std::string& s) { return py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace")); }
+
+Distribution dense_to_distribution(const py::array_t<double, py::array::c_style | py::array::forcecast>& probs) {
+    Distribution d;
+    auto r = probs.unchecked<1>();
+    for (py::ssize_t i = 0; i < r.shape(0); ++i) {
+        if (r(i) > 0) {
+            d.ids.push_back(static_cast<Token>(i));
+            d.probs.push_back(static_cast<float>(r(i)));
+        }
+    }
+    return d;
+}
+
+py::dict acceptance_to_dict(const Acceptance& a) {
+    py::dict d;
+    d["n_accepted"] = a.n_accepted;
+    d["token"] = a.token;
+    d["bonus"] = a.bonus;
+    return d;
+}
+
+SamplingParams sampling_params(float temperature, int top_k, float top_p, float min_p, uint64_t seed) {
+    return SamplingParams{temperature, top_k, top_p, min_p, seed};
+}
+
+class Core {
+public:
+    explicit Core(const EngineOptions& options) {
+        py::gil_scoped_release release;
+        engine_ = std::make_unique<SpecEngine>(options);
+    }
+
+    SpecEngine& engine() {
+        if (!engine_) throw std::runtime_error("this core has been closed");
+        return *engine_;
+    }
+
+    py::dict generate(const GenerateRequest& request, const py::object& callback) {
+        std::optional<py::error_already_set> callback_error;
+        ChunkCallback on_chunk = [&](const Chunk& chunk) {
+            if (callback.is_none()) return true;
+            py::gil_scoped_acquire acquire;
+            try {
+                return callback(to_str(chunk.text), chunk.tokens, provenance_ints(chunk.provenance),
+                                stats_to_dict(chunk.stats))
+                    .cast<bool>();
+            } catch (py::error_already_set& e) {
+                callback_error.emplace(std::move(e));
+                return false;
+            }
+        };
+        GenerateResult result;
+        {
+            py::gil_scoped_release release;
+            result = engine().generate(request, on_chunk);
+        }
+        if (callback_error) throw std::move(*callback_error);
+        py::dict d;
+        d["text"] = to_str(result.text);
+        d["tokens"] = result.tokens;
+        d["provenance"] = provenance_ints(result.provenance);
+        d["finish_reason"] = result.finish_reason;
+        d["stats"] = stats_to_dict(result.stats);
+        return d;
+    }
+
+    py::array_t<float> next_token_logits(const std::vector<Token>& tokens) {
+        std::vector<float> logits;
+        {
+            py::gil_scoped_release release;
+            logits = engine().next_token_logits(tokens);
+        }
+        return py::array_t<float>(static_cast<py::ssize_t>(logits.size()), logits.data());
+    }
+
+    void close() {
+        py::gil_scoped_release release;
+        engine_.reset();
+    }
+
+private:
+    std::unique_ptr<SpecEngine> engine_;
+};
+
+void translate_user_error(const UserError& e) {
+    static const char* names[] = {"ModelLoadError", "VocabMismatchError", "PromptTooLongError",
+                                  "InvalidParameterError"};
+    py::object cls = py::module_::import("localspec.errors").attr(names[static_cast<int>(e.kind)]);
+    PyErr_SetString(cls.ptr(), e.what());
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+    m.doc() = "localspec C++ core: speculative decoding over llama.cpp";
+
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const UserError& e) {
+            translate_user_error(e);
+        }
+    });
+
+    py::class_<EngineOptions>(m, "EngineOptions")
+        .def(py::init<>())
+        .def_readwrite("target_path", &EngineOptions::target_path)
+        .def_readwrite("drafter", &EngineOptions::drafter)
+        .def_readwrite("n_ctx", &EngineOptions::n_ctx)
+        .def_readwrite("n_threads", &EngineOptions::n_threads)
+        .def_readwrite("n_gpu_layers_target", &EngineOptions::n_gpu_layers_target)
+        .def_readwrite("n_gpu_layers_draft", &EngineOptions::n_gpu_layers_draft)
+        .def_readwrite("draft_sampling", &EngineOptions::draft_sampling)
+        .def_readwrite("ngram_min", &EngineOptions::ngram_min)
+        .def_readwrite("ngram_max", &EngineOptions::ngram_max)
+        .def_readwrite("verbose", &EngineOptions::verbose);
+
+    py::class_<GenerateRequest>(m, "GenerateRequest")
+        .def(py::init<>())
+        .def_readwrite("prompt", &GenerateRequest::prompt)
+        .def_property(
+            "sampling", [](const GenerateRequest& r) { return r.sampling; },
+            [](GenerateRequest& r, const SamplingParams& s) { r.sampling = s; })
+        .def_readwrite("max_tokens", &GenerateRequest::max_tokens)
+        .def_readwrite("draft_max", &GenerateRequest::draft_max)
+        .def_readwrite("ignore_eos", &GenerateRequest::ignore_eos)
+        .def_readwrite("stop", &GenerateRequest::stop);
+
+    py::class_<SamplingParams>(m, "SamplingParams")
+        .def(py::init(&sampling_params), py::arg("temperature") = 0.8f, py::arg("top_k") = 40,
+             py::arg("top_p") = 0.95f, py::arg("min_p") = 0.05f, py::arg("seed") = 0)
+        .def_readwrite("temperature", &SamplingParams::temperature)
+        .def_readwrite("top_k", &SamplingParams::top_k)
+        .def_readwrite("top_p", &SamplingParams::top_p)
+        .def_readwrite("min_p", &SamplingParams::min_p)
+        .def_readwrite("seed", &SamplingParams::seed);
+
+    py::class_<Core>(m, "Core")
+        .def(py::init<const EngineOptions&>())
+        .def("generate", &Core::generate, py::arg("request"), py::arg("on_chunk") = py::none())
+        .def("next_token_logits", &Core::next_token_logits)
+        .def("tokenize", [](Core& c, const std::string& text, bool add_special, bool parse_special) {
+            return c.engine().target().tokenize(text, add_special, parse_special);
+        })
+        .def("detokenize", [](Core& c, const std::vector<Token>& t) { return to_str(c.engine().target().detokenize(t)); })
+        .def("token_text", [](Core& c, Token t) { return to_str(c.engine().target().token_text(t)); })
+        .def("token_piece", [](Core& c, Token t) { return to_bytes(c.engine().target().token_piece(t)); })
+        .def("is_end_of_generation", [](Core& c, Token t) { return c.engine().target().is_end_of_generation(t); })
+        .def("chat_template", [](Core& c) { return to_str(c.engine().target().chat_template()); })
+        .def("description", [](Core& c) { return to_str(c.engine().target().description()); })
+        .def("metadata", [](Core& c, const std::string& key) { return to_str(c.engine().target().metadata(key)); })
+        .def("n_vocab", [](Core& c) { return c.engine().target().vocab().n_tokens; })
+        .def("bos", [](Core& c) { return c.engine().target().vocab().bos; })
+        .def("eos", [](Core& c) { return c.engine().target().vocab().eos; })
+        .def("n_ctx", [](Core& c) { return c.engine().n_ctx(); })
+        .def("drafter_name", [](Core& c) { return c.engine().drafter_name(); })
+        .def("close", &Core::close);
+
+    // Pure functions, exposed for tests and tools.
+    m.def("accept_greedy", [](const std::vector<Token>& drafts, const std::vector<Token>& argmaxes) {
+        return acceptance_to_dict(accept_greedy(drafts, argmaxes));
+    });
+    m.def(
+        "accept_sampled",
+        [](const std::vector<Token>& drafts, const std::vector<py::array_t<double>>& p,
+           const std::vector<py::array_t<double>>& q, uint64_t seed) {
+            std::vector<Distribution> pd, qd;
+            for (const auto& row : p) pd.push_back(dense_to_distribution(row));
+            for (const auto& row : q) qd.push_back(dense_to_distribution(row));
+            Rng rng(seed);
+            return acceptance_to_dict(accept_sampled(drafts, pd, qd, rng));
+        },
+        py::arg("drafts"), py::arg("p"), py::arg("q"), py::arg("seed"));
+    m.def("warp", [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
+                     const SamplingParams& params) {
+        Distribution d = warp(logits.data(), static_cast<int>(logits.size()), params);
+        return py::make_tuple(d.ids, d.probs);
+    });
+    m.def("quantize", [](const std::string& in, const std::string& out, const std::string& type, int threads) {
+        backend_init(false);
+        py::gil_scoped_release release;
+        quantize_model(in, out, type, threads);
+    });
+    m.def("check_vocab", [](const std::string& target_path, const std::string& draft_path) {
+        py::gil_scoped_release release;
+        backend_init(false);
+        Model target(ModelOptions{target_path, 0});
+        Model draft(ModelOptions{draft_path, 0});
+        check_vocab_compatible(target, draft);
+    });
+    m.def("backend_init", &backend_init, py::arg("verbose") = false);
+}

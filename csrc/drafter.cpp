@@ -1,0 +1,70 @@
+#include "drafter.h"
+
+#include <algorithm>
+
+namespace localspec {
+
+// ---- n-gram -------------------------------------------------------------------------------
+
+Draft NgramDrafter::draft(const std::vector<Token>& history, int k, const SamplingParams&, Rng&) {
+    Draft out;
+    const int len = static_cast<int>(history.size());
+    for (int n = std::min(n_max_, len - 1); n >= n_min_ && k > 0; --n) {
+        const Token* suffix = history.data() + (len - n);
+        // Scan backwards: the most recent match best predicts the local continuation.
+        for (int start = len - n - 1; start >= 0; --start) {
+            if (!std::equal(suffix, suffix + n, history.data() + start)) continue;
+            const int from = start + n;
+            const int count = std::min(k, len - from);
+            out.tokens.assign(history.begin() + from, history.begin() + from + count);
+            return out;
+        }
+    }
+    return out;
+}
+
+// ---- draft model --------------------------------------------------------------------------
+
+ModelDrafter::ModelDrafter(std::shared_ptr<Model> model, const ContextOptions& options, int max_token, bool sample)
+    : model_(std::move(model)), ctx_(*model_, options), max_token_(max_token), sample_(sample) {}
+
+void ModelDrafter::prefill(const std::vector<Token>& history) {
+    if (history.size() > 1) ctx_.sync(std::vector<Token>(history.begin(), history.end() - 1), 0);
+}
+
+void ModelDrafter::rollback(const std::vector<Token>& history) {
+    size_t common = 0;
+    const auto& kv = ctx_.kv_tokens();
+    while (common < kv.size() && common < history.size() && kv[common] == history[common]) ++common;
+    ctx_.truncate(common);
+}
+
+Draft ModelDrafter::draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) {
+    Draft out;
+    if (k <= 0 || history.empty()) return out;
+    const bool sampled = sample_ && !params.greedy();
+    // Invariant on entry to each iteration: the draft cache holds history + drafted tokens,
+    // and logits(0) is q for the next position.
+    ctx_.sync(history, 1);
+    for (int i = 0; i < k; ++i) {
+        if (ctx_.kv_tokens().size() >= static_cast<size_t>(ctx_.n_ctx())) break;
+        const float* logits = ctx_.logits(0);
+        Token token;
+        if (sampled) {
+            Distribution q = warp(logits, ctx_.n_vocab(), params);
+            token = sample(q, rng);
+            out.q.push_back(std::move(q));
+        } else {
+            token = argmax(logits, ctx_.n_vocab());
+        }
+        if (token >= max_token_) {
+            if (sampled) out.q.pop_back();
+            break;
+        }
+        out.tokens.push_back(token);
+        if (i + 1 < k) ctx_.decode({token}, 1);
+    }
+    return out;
+}
+
+}  // namespace localspec

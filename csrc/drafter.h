@@ -1,0 +1,63 @@
+// Drafters propose tokens for the target to verify. One interface, several strategies:
+// a second GGUF model, n-gram lookup over the context, or nothing (plain decoding).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "llama_backend.h"
+#include "sampling.h"
+
+namespace localspec {
+
+struct Draft {
+    std::vector<Token> tokens;
+    // One distribution per drafted token when the drafter sampled from q; empty for a
+    // deterministic drafter (q is then a point mass on each drafted token).
+    std::vector<Distribution> q;
+};
+
+class Drafter {
+public:
+    virtual ~Drafter() = default;
+    virtual std::string name() const = 0;
+    // Propose up to k tokens to follow `history` (prompt + everything emitted so far).
+    virtual Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) = 0;
+    // The step kept only `history`: drop any state that went beyond it (KV rollback).
+    virtual void rollback(const std::vector<Token>& /*history*/) {}
+    // Process the prompt before generation starts, so drafting time excludes prefill.
+    virtual void prefill(const std::vector<Token>& /*history*/) {}
+};
+
+// Prompt lookup: find the most recent earlier occurrence of the last n tokens (longest n
+// first, from n_max down to n_min) and propose what followed it.
+class NgramDrafter : public Drafter {
+public:
+    NgramDrafter(int n_min, int n_max) : n_min_(n_min), n_max_(n_max) {}
+    std::string name() const override { return "ngram"; }
+    Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override;
+
+private:
+    int n_min_;
+    int n_max_;
+};
+
+// A smaller GGUF of the same vocabulary. Greedy (argmax of q) at temperature 0 or when
+// `sample` is false; otherwise samples each draft token from the warped q.
+class ModelDrafter : public Drafter {
+public:
+    ModelDrafter(std::shared_ptr<Model> model, const ContextOptions& options, int max_token, bool sample);
+    std::string name() const override { return model_->path(); }
+    Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override;
+    void rollback(const std::vector<Token>& history) override;
+    void prefill(const std::vector<Token>& history) override;
+
+private:
+    std::shared_ptr<Model> model_;
+    Context ctx_;
+    int max_token_;  // drafts must be valid target ids: stop before a larger id
+    bool sample_;
+};
+
+}  // namespace localspec

@@ -1,0 +1,200 @@
+#include "engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "acceptance.h"
+#include "errors.h"
+#include "text_stream.h"
+
+namespace localspec {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::shared_ptr<Model> load_target(const EngineOptions& options) {
+    backend_init(options.verbose);
+    return std::make_shared<Model>(ModelOptions{options.target_path, options.n_gpu_layers_target});
+}
+
+ContextOptions context_options(const EngineOptions& options) {
+    ContextOptions out;
+    out.n_ctx = options.n_ctx;
+    out.n_threads = options.n_threads;
+    return out;
+}
+
+std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, const Model& target) {
+    if (options.drafter == "none") return nullptr;
+    if (options.drafter == "ngram") return std::make_unique<NgramDrafter>(options.ngram_min, options.ngram_max);
+    auto draft = std::make_shared<Model>(ModelOptions{options.drafter, options.n_gpu_layers_draft});
+    check_vocab_compatible(target, *draft);
+    return std::make_unique<ModelDrafter>(draft, context_options(options), target.vocab().n_tokens,
+                                          options.draft_sampling);
+}
+
+}  // namespace
+
+SpecEngine::SpecEngine(const EngineOptions& options)
+    : target_model_(load_target(options)),
+      target_(*target_model_, context_options(options)),
+      drafter_(make_drafter(options, *target_model_)) {}
+
+void SpecEngine::check_request(const GenerateRequest& request) const {
+    const size_t n = request.prompt.size();
+    if (n == 0) {
+        throw UserError(ErrorKind::InvalidParameter, "the prompt is empty; give at least one token of text.");
+    }
+    if (n >= static_cast<size_t>(n_ctx())) {
+        throw UserError(ErrorKind::PromptTooLong,
+                        "the prompt has " + std::to_string(n) + " tokens but the context holds only " +
+                            std::to_string(n_ctx()) + "; shorten the prompt or raise the context size (--ctx).");
+    }
+    const int n_vocab = target_.n_vocab();
+    for (Token t : request.prompt) {
+        if (t < 0 || t >= n_vocab) {
+            throw UserError(ErrorKind::InvalidParameter, "prompt token id " + std::to_string(t) +
+                                                             " is outside the vocabulary (0.." +
+                                                             std::to_string(n_vocab - 1) + ").");
+        }
+    }
+}
+
+// One speculative step: draft -> verify batch -> accept -> roll back -> emit.
+// Invariant on entry and exit: the target cache holds history[0 .. n-2] and history.back() is
+// the newest emitted token, which the target has not processed yet.
+SpecEngine::StepResult SpecEngine::speculative_step(std::vector<Token>& history, int k,
+                                                    const SamplingParams& params, Rng& rng,
+                                                    GenerationStats& stats) {
+    // 1. Draft up to k tokens (q kept when the drafter sampled).
+    auto t0 = Clock::now();
+    Draft draft = (drafter_ && k > 0) ? drafter_->draft(history, k, params, rng) : Draft{};
+    const std::vector<Token>& drafted = draft.tokens;
+    stats.draft_seconds += seconds_since(t0);
+
+    // 2. Verify: ONE target batch [last, d1..dk] with logits on every row; row i is the
+    //    target's distribution for the position of d_{i+1} (row k follows d_k).
+    t0 = Clock::now();
+    std::vector<Token> batch{history.back()};
+    batch.insert(batch.end(), drafted.begin(), drafted.end());
+    const int n_rows = static_cast<int>(batch.size());
+    target_.decode(batch, n_rows);
+    stats.verify_seconds += seconds_since(t0);
+
+    // 3. Accept: n drafts kept, plus one correction (after a rejection) or bonus token.
+    t0 = Clock::now();
+    Acceptance acc;
+    if (params.greedy()) {
+        std::vector<Token> best(static_cast<size_t>(n_rows));
+        for (int i = 0; i < n_rows; ++i) best[static_cast<size_t>(i)] = argmax(target_.logits(i), target_.n_vocab());
+        acc = accept_greedy(drafted, best);
+    } else {
+        std::vector<Distribution> p;
+        p.reserve(static_cast<size_t>(n_rows));
+        for (int i = 0; i < n_rows; ++i) p.push_back(warp(target_.logits(i), target_.n_vocab(), params));
+        acc = accept_sampled(drafted, p, draft.q, rng);
+    }
+
+    // 4. Roll back: the target keeps `last` and the accepted drafts; rejected rows go. The
+    //    drafter drops whatever it cached beyond the new history.
+    const size_t n = static_cast<size_t>(acc.n_accepted);
+    target_.truncate(history.size() + n);
+    StepResult out;
+    out.tokens.assign(drafted.begin(), drafted.begin() + static_cast<long>(n));
+    out.provenance.assign(n, Provenance::Draft);
+    out.tokens.push_back(acc.token);
+    out.provenance.push_back(Provenance::Target);
+    history.insert(history.end(), out.tokens.begin(), out.tokens.end());
+    if (drafter_) drafter_->rollback(history);
+
+    // 5. Emit (the caller streams `out`); record what speculation did.
+    stats.record_step(static_cast<int>(drafted.size()), acc.n_accepted);
+    stats.other_seconds += seconds_since(t0);
+    return out;
+}
+
+GenerateResult SpecEngine::generate(const GenerateRequest& request, const ChunkCallback& on_chunk) {
+    check_request(request);
+    GenerateResult result;
+    GenerationStats& stats = result.stats;
+    stats.prompt_tokens = static_cast<int>(request.prompt.size());
+    Rng rng(request.sampling.seed);
+    TextStream stream(request.stop);
+    std::vector<Token> history = request.prompt;
+
+    // Prefill: both caches take the prompt except its last token, which the first step verifies.
+    const auto start = Clock::now();
+    target_.sync(std::vector<Token>(history.begin(), history.end() - 1), 0);
+    if (drafter_) drafter_->prefill(history);
+    stats.prefill_seconds = seconds_since(start);
+    const auto gen_start = Clock::now();
+
+    result.finish_reason = "length";
+    const int n_ctx = target_.n_ctx();
+    while (stats.n_tokens < request.max_tokens) {
+        if (static_cast<int>(history.size()) >= n_ctx) break;  // context full
+        // k is bounded by the room left in the context and the tokens still wanted.
+        const int k = std::max(0, std::min({request.draft_max, n_ctx - static_cast<int>(history.size()),
+                                            request.max_tokens - stats.n_tokens - 1}));
+        stats.draft_max = k;
+        StepResult step = speculative_step(history, k, request.sampling, rng, stats);
+
+        // Cut at end-of-generation (not emitted) and at max_tokens.
+        bool finished = false;
+        for (size_t i = 0; i < step.tokens.size(); ++i) {
+            if (!request.ignore_eos && target_model_->is_end_of_generation(step.tokens[i])) {
+                step.tokens.resize(i);
+                step.provenance.resize(i);
+                result.finish_reason = "stop";
+                finished = true;
+                break;
+            }
+        }
+        const size_t room = static_cast<size_t>(request.max_tokens - stats.n_tokens);
+        if (step.tokens.size() > room) {
+            step.tokens.resize(room);
+            step.provenance.resize(room);
+        }
+        std::string piece_bytes;
+        for (Token t : step.tokens) piece_bytes += target_model_->token_piece(t);
+        std::string text = stream.push(piece_bytes);
+        if (stream.stopped()) {
+            result.finish_reason = "stop";
+            finished = true;
+        }
+        stats.n_tokens += static_cast<int>(step.tokens.size());
+        finished = finished || stats.n_tokens >= request.max_tokens ||
+                   static_cast<int>(history.size()) >= n_ctx;
+        if (finished) text += stream.flush();
+        stats.generation_seconds = seconds_since(gen_start);
+        if (stats.target_passes == 1) stats.time_to_first_token = stats.prefill_seconds + stats.generation_seconds;
+
+        result.tokens.insert(result.tokens.end(), step.tokens.begin(), step.tokens.end());
+        result.provenance.insert(result.provenance.end(), step.provenance.begin(), step.provenance.end());
+        result.text += text;
+        const bool keep_going = on_chunk ? on_chunk(Chunk{text, step.tokens, step.provenance, stats}) : true;
+        if (finished) break;
+        if (!keep_going) {
+            result.finish_reason = "cancelled";
+            break;
+        }
+    }
+    stats.generation_seconds = seconds_since(gen_start);
+    return result;
+}
+
+std::vector<float> SpecEngine::next_token_logits(const std::vector<Token>& tokens) {
+    GenerateRequest probe;
+    probe.prompt = tokens;
+    check_request(probe);
+    target_.sync(tokens, 1);
+    const float* row = target_.logits(0);
+    return std::vector<float>(row, row + target_.n_vocab());
+}
+
+}  // namespace localspec

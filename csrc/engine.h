@@ -1,0 +1,88 @@
+// The speculative engine: a target model, a drafter, and the generation loop.
+// Not thread-safe: one thread (the Python engine thread) owns an instance.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "drafter.h"
+#include "llama_backend.h"
+#include "sampling.h"
+#include "stats.h"
+
+namespace localspec {
+
+enum class Provenance : uint8_t { Draft = 0, Target = 1 };
+
+struct EngineOptions {
+    std::string target_path;
+    std::string drafter = "ngram";  // "none", "ngram", or the path of a draft GGUF
+    int n_ctx = 4096;
+    int n_threads = 0;
+    int n_gpu_layers_target = -1;
+    int n_gpu_layers_draft = -1;
+    bool draft_sampling = true;  // model drafter samples from q at temperature > 0
+    int ngram_min = 2;
+    int ngram_max = 4;
+    bool verbose = false;
+};
+
+struct GenerateRequest {
+    std::vector<Token> prompt;
+    SamplingParams sampling;
+    int max_tokens = 256;
+    int draft_max = 5;  // fixed k for now; 0 = plain decoding
+    bool ignore_eos = false;
+    std::vector<std::string> stop;
+};
+
+// What one step emitted, handed to the chunk callback.
+struct Chunk {
+    std::string text;
+    std::vector<Token> tokens;
+    std::vector<Provenance> provenance;
+    const GenerationStats& stats;
+};
+
+// Return false to cancel the generation (it stops after the current step).
+using ChunkCallback = std::function<bool(const Chunk&)>;
+
+struct GenerateResult {
+    std::string text;
+    std::vector<Token> tokens;
+    std::vector<Provenance> provenance;
+    std::string finish_reason;  // "stop", "length" or "cancelled"
+    GenerationStats stats;
+};
+
+class SpecEngine {
+public:
+    explicit SpecEngine(const EngineOptions& options);
+
+    const Model& target() const { return *target_model_; }
+    int n_ctx() const { return target_.n_ctx(); }
+    std::string drafter_name() const { return drafter_ ? drafter_->name() : "none"; }
+
+    GenerateResult generate(const GenerateRequest& request, const ChunkCallback& on_chunk);
+
+    // Raw target logits for the token after `tokens` (single-token decode path).
+    std::vector<float> next_token_logits(const std::vector<Token>& tokens);
+
+private:
+    struct StepResult {
+        std::vector<Token> tokens;
+        std::vector<Provenance> provenance;
+    };
+    StepResult speculative_step(std::vector<Token>& history, int k, const SamplingParams& params,
+                                Rng& rng, GenerationStats& stats);
+    void check_request(const GenerateRequest& request) const;
+
+    std::shared_ptr<Model> target_model_;
+    Context target_;
+    std::unique_ptr<Drafter> drafter_;
+};
+
+}  // namespace localspec

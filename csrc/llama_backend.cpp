@@ -1,0 +1,347 @@
+// The only file that includes llama.h: RAII wrappers for models and contexts, the KV-cache
+// bookkeeping, log routing, quantization and the vocabulary compatibility check.
+#include "llama_backend.h"
+
+#include <llama.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "errors.h"
+
+namespace localspec {
+
+// ---- logging -----------------------------------------------------------------------------
+
+namespace {
+
+// llama.cpp has one process-wide log callback; this sink is its user_data.
+struct LogSink {
+    std::mutex mutex;
+    bool verbose = false;
+    std::string last_error;
+};
+
+LogSink& log_sink() {
+    static LogSink sink;
+    return sink;
+}
+
+void on_log(ggml_log_level level, const char* text, void* user_data) {
+    auto* sink = static_cast<LogSink*>(user_data);
+    std::lock_guard<std::mutex> lock(sink->mutex);
+    if (level == GGML_LOG_LEVEL_ERROR) {
+        std::string line(text);
+        while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
+        if (!line.empty()) sink->last_error = line;
+    }
+    if (sink->verbose) std::fputs(text, stderr);
+}
+
+std::string take_last_error() {
+    LogSink& sink = log_sink();
+    std::lock_guard<std::mutex> lock(sink.mutex);
+    std::string out;
+    out.swap(sink.last_error);
+    return out;
+}
+
+}  // namespace
+
+void backend_init(bool verbose) {
+    static std::once_flag once;
+    LogSink& sink = log_sink();
+    {
+        std::lock_guard<std::mutex> lock(sink.mutex);
+        sink.verbose = sink.verbose || verbose;
+    }
+    std::call_once(once, [&] {
+        llama_log_set(on_log, &sink);
+        llama_backend_init();
+    });
+}
+
+// ---- model ---------------------------------------------------------------------------------
+
+struct Model::Impl {
+    llama_model* model = nullptr;
+    const llama_vocab* vocab = nullptr;
+    ~Impl() {
+        if (model) llama_model_free(model);
+    }
+};
+
+namespace {
+
+// A cheap first check, so that the common mistakes get a precise sentence.
+void check_gguf_file(const std::string& path) {
+    std::ifstream file(path, std::ios::binary);
+    if (!file) {
+        throw UserError(ErrorKind::ModelLoad,
+                        "model file '" + path + "' does not exist or cannot be read; check the path.");
+    }
+    char magic[4] = {0, 0, 0, 0};
+    file.read(magic, 4);
+    if (file.gcount() != 4 || std::memcmp(magic, "GGUF", 4) != 0) {
+        throw UserError(ErrorKind::ModelLoad, "'" + path +
+                                                  "' is not a GGUF file (wrong magic bytes); "
+                                                  "pass a .gguf model file.");
+    }
+}
+
+}  // namespace
+
+Model::Model(const ModelOptions& options) : impl_(std::make_unique<Impl>()), path_(options.path) {
+    check_gguf_file(path_);
+    llama_model_params params = llama_model_default_params();
+    params.n_gpu_layers = options.n_gpu_layers;
+    take_last_error();
+    impl_->model = llama_model_load_from_file(path_.c_str(), params);
+    if (!impl_->model) {
+        std::string reason = take_last_error();
+        if (reason.empty()) reason = "llama.cpp refused it";
+        throw UserError(ErrorKind::ModelLoad, "could not load '" + path_ + "': " + reason +
+                                                  " (is the file complete? download or copy it again)");
+    }
+    impl_->vocab = llama_model_get_vocab(impl_->model);
+}
+
+Model::~Model() = default;
+
+VocabInfo Model::vocab() const {
+    VocabInfo info;
+    info.type = static_cast<int>(llama_vocab_type(impl_->vocab));
+    info.n_tokens = llama_vocab_n_tokens(impl_->vocab);
+    info.bos = llama_vocab_bos(impl_->vocab);
+    info.eos = llama_vocab_eos(impl_->vocab);
+    return info;
+}
+
+std::string Model::token_text(Token token) const {
+    const char* text = llama_vocab_get_text(impl_->vocab, token);
+    return text ? std::string(text) : std::string();
+}
+
+std::string Model::token_piece(Token token) const {
+    char buf[256];
+    int32_t n = llama_token_to_piece(impl_->vocab, token, buf, sizeof(buf), 0, false);
+    if (n >= 0) return std::string(buf, static_cast<size_t>(n));
+    std::string big(static_cast<size_t>(-n), '\0');
+    n = llama_token_to_piece(impl_->vocab, token, big.data(), -n, 0, false);
+    big.resize(static_cast<size_t>(std::max(n, 0)));
+    return big;
+}
+
+bool Model::is_end_of_generation(Token token) const { return llama_vocab_is_eog(impl_->vocab, token); }
+
+bool Model::add_bos() const { return llama_vocab_get_add_bos(impl_->vocab); }
+
+std::vector<Token> Model::tokenize(const std::string& text, bool add_special, bool parse_special) const {
+    int32_t n_max = static_cast<int32_t>(text.size()) + 8;
+    std::vector<Token> tokens(static_cast<size_t>(n_max));
+    int32_t n = llama_tokenize(impl_->vocab, text.data(), static_cast<int32_t>(text.size()),
+                               tokens.data(), n_max, add_special, parse_special);
+    if (n < 0) {
+        tokens.resize(static_cast<size_t>(-n));
+        n = llama_tokenize(impl_->vocab, text.data(), static_cast<int32_t>(text.size()),
+                           tokens.data(), -n, add_special, parse_special);
+    }
+    tokens.resize(static_cast<size_t>(std::max(n, 0)));
+    return tokens;
+}
+
+std::string Model::detokenize(const std::vector<Token>& tokens) const {
+    std::string out;
+    for (Token t : tokens) out += token_piece(t);
+    return out;
+}
+
+std::string Model::chat_template() const {
+    const char* tmpl = llama_model_chat_template(impl_->model, nullptr);
+    return tmpl ? std::string(tmpl) : std::string();
+}
+
+std::string Model::description() const {
+    char buf[256];
+    int n = llama_model_desc(impl_->model, buf, sizeof(buf));
+    return n > 0 ? std::string(buf, static_cast<size_t>(std::min<int>(n, sizeof(buf) - 1))) : "";
+}
+
+std::string Model::metadata(const std::string& key) const {
+    int32_t n = llama_model_meta_val_str(impl_->model, key.c_str(), nullptr, 0);
+    if (n < 0) return "";
+    std::string out(static_cast<size_t>(n) + 1, '\0');
+    llama_model_meta_val_str(impl_->model, key.c_str(), out.data(), out.size());
+    out.resize(static_cast<size_t>(n));
+    return out;
+}
+
+int Model::n_ctx_train() const { return llama_model_n_ctx_train(impl_->model); }
+
+uint64_t Model::size_bytes() const { return llama_model_size(impl_->model); }
+
+// ---- context -------------------------------------------------------------------------------
+
+struct Context::Impl {
+    llama_context* ctx = nullptr;
+    llama_batch batch{};
+    int n_batch = 0;
+    ~Impl() {
+        if (batch.token) llama_batch_free(batch);
+        if (ctx) llama_free(ctx);
+    }
+};
+
+Context::Context(const Model& model, const ContextOptions& options) : impl_(std::make_unique<Impl>()) {
+    llama_context_params params = llama_context_default_params();
+    int threads = options.n_threads > 0 ? options.n_threads
+                                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    params.n_ctx = static_cast<uint32_t>(options.n_ctx);
+    params.n_batch = static_cast<uint32_t>(std::min(options.n_batch, options.n_ctx));
+    params.n_ubatch = std::min<uint32_t>(params.n_batch, 512);
+    params.n_seq_max = 1;
+    params.n_threads = threads;
+    params.n_threads_batch = threads;
+    params.no_perf = true;
+    take_last_error();
+    impl_->ctx = llama_init_from_model(model.impl_->model, params);
+    if (!impl_->ctx) {
+        std::string reason = take_last_error();
+        throw UserError(ErrorKind::ModelLoad, "could not create a context of " +
+                                                  std::to_string(options.n_ctx) + " tokens for '" +
+                                                  model.path() + "': " + reason +
+                                                  " (try a smaller --ctx)");
+    }
+    impl_->n_batch = static_cast<int>(params.n_batch);
+    impl_->batch = llama_batch_init(impl_->n_batch, 0, 1);
+    n_vocab_ = llama_vocab_n_tokens(model.impl_->vocab);
+}
+
+Context::~Context() = default;
+
+int Context::n_ctx() const { return static_cast<int>(llama_n_ctx(impl_->ctx)); }
+
+void Context::decode(const std::vector<Token>& tokens, int n_logits) {
+    const size_t n = tokens.size();
+    const size_t n_batch = static_cast<size_t>(impl_->n_batch);
+    if (n_logits > impl_->n_batch) throw std::logic_error("more logits rows than n_batch");
+    const size_t first_logit = n - std::min(n, static_cast<size_t>(std::max(n_logits, 0)));
+    // The first piece takes the remainder so that the last piece is full and holds every row
+    // that asks for logits (llama.cpp keeps only the last decode call's outputs).
+    size_t end = 0;
+    for (size_t start = 0; start < n; start = end) {
+        end = start == 0 && n % n_batch != 0 ? n % n_batch : start + n_batch;
+        llama_batch& batch = impl_->batch;
+        batch.n_tokens = static_cast<int32_t>(end - start);
+        for (size_t i = start; i < end; ++i) {
+            const size_t j = i - start;
+            batch.token[j] = tokens[i];
+            batch.pos[j] = static_cast<llama_pos>(kv_tokens_.size() + j);
+            batch.n_seq_id[j] = 1;
+            batch.seq_id[j][0] = 0;
+            batch.logits[j] = i >= first_logit ? 1 : 0;
+        }
+        const int32_t rc = llama_decode(impl_->ctx, batch);
+        if (rc != 0) {
+            throw std::runtime_error("llama_decode failed with code " + std::to_string(rc) + ": " +
+                                     take_last_error());
+        }
+        kv_tokens_.insert(kv_tokens_.end(), tokens.begin() + static_cast<long>(start),
+                          tokens.begin() + static_cast<long>(end));
+    }
+    n_logits_ = static_cast<int>(n - first_logit);
+}
+
+const float* Context::logits(int row) const {
+    // Rows with logits are the last n_logits_ tokens of the last decode call; llama.cpp
+    // indexes them by batch position, so count from the end of that (last) batch.
+    if (row < 0 || row >= n_logits_) throw std::out_of_range("logits row out of range");
+    const float* out = llama_get_logits_ith(impl_->ctx, row - n_logits_);
+    if (!out) throw std::runtime_error("llama.cpp returned no logits for row " + std::to_string(row));
+    return out;
+}
+
+void Context::truncate(size_t n_keep) {
+    if (n_keep >= kv_tokens_.size()) return;
+    llama_memory_seq_rm(llama_get_memory(impl_->ctx), 0, static_cast<llama_pos>(n_keep), -1);
+    kv_tokens_.resize(n_keep);
+    n_logits_ = 0;
+}
+
+size_t Context::sync(const std::vector<Token>& tokens, int n_logits) {
+    size_t common = 0;
+    const size_t limit = std::min(tokens.size(), kv_tokens_.size());
+    while (common < limit && tokens[common] == kv_tokens_[common]) ++common;
+    // Rows that need logits must be recomputed even when cached.
+    common = std::min(common, tokens.size() - std::min(tokens.size(), static_cast<size_t>(n_logits)));
+    truncate(common);
+    if (common == tokens.size()) return 0;
+    std::vector<Token> rest(tokens.begin() + static_cast<long>(common), tokens.end());
+    decode(rest, n_logits);
+    return rest.size();
+}
+
+// ---- quantization -----------------------------------------------------------------------
+
+void quantize_model(const std::string& in_path, const std::string& out_path,
+                    const std::string& type, int n_threads) {
+    static const std::pair<const char*, llama_ftype> kTypes[] = {
+        {"F32", LLAMA_FTYPE_ALL_F32},      {"F16", LLAMA_FTYPE_MOSTLY_F16},
+        {"BF16", LLAMA_FTYPE_MOSTLY_BF16}, {"Q8_0", LLAMA_FTYPE_MOSTLY_Q8_0},
+        {"Q6_K", LLAMA_FTYPE_MOSTLY_Q6_K}, {"Q5_K_M", LLAMA_FTYPE_MOSTLY_Q5_K_M},
+        {"Q4_K_M", LLAMA_FTYPE_MOSTLY_Q4_K_M}, {"Q4_K_S", LLAMA_FTYPE_MOSTLY_Q4_K_S},
+        {"Q4_0", LLAMA_FTYPE_MOSTLY_Q4_0}, {"Q3_K_M", LLAMA_FTYPE_MOSTLY_Q3_K_M},
+        {"Q2_K", LLAMA_FTYPE_MOSTLY_Q2_K},
+    };
+    const llama_ftype* ftype = nullptr;
+    std::string names;
+    for (const auto& [name, value] : kTypes) {
+        if (type == name) ftype = &value;
+        names += names.empty() ? name : std::string(", ") + name;
+    }
+    if (!ftype) {
+        throw UserError(ErrorKind::InvalidParameter,
+                        "unknown quantization type '" + type + "'; use one of " + names + ".");
+    }
+    check_gguf_file(in_path);
+    llama_model_quantize_params params = llama_model_quantize_default_params();
+    params.ftype = *ftype;
+    params.nthread = n_threads;
+    params.allow_requantize = true;
+    take_last_error();
+    if (llama_model_quantize(in_path.c_str(), out_path.c_str(), &params) != 0) {
+        throw UserError(ErrorKind::ModelLoad, "could not quantize '" + in_path + "': " + take_last_error());
+    }
+}
+
+// ---- vocabulary compatibility ---------------------------------------------------------------
+
+void check_vocab_compatible(const Model& target, const Model& draft) {
+    // Padding rows (unused tokens at the end) may differ, as between Qwen2.5 sizes.
+    constexpr int kMaxSizeDifference = 128;
+    const VocabInfo t = target.vocab();
+    const VocabInfo d = draft.vocab();
+    auto fail = [&](const std::string& what) {
+        throw UserError(ErrorKind::VocabMismatch,
+                        "the draft '" + draft.path() + "' cannot draft for the target '" + target.path() +
+                            "': " + what + "; use a draft from the same model family, or --draft ngram.");
+    };
+    const int common = std::min(t.n_tokens, d.n_tokens);
+    for (int id = 0; id < common; ++id) {
+        const std::string tt = target.token_text(id), dt = draft.token_text(id);
+        if (tt != dt) fail("token " + std::to_string(id) + " is '" + tt + "' in the target but '" + dt + "' in the draft");
+    }
+    if (t.type != d.type) fail("their tokenizer types differ");
+    if (std::abs(t.n_tokens - d.n_tokens) > kMaxSizeDifference) {
+        fail("the target has " + std::to_string(t.n_tokens) + " tokens and the draft " +
+             std::to_string(d.n_tokens));
+    }
+    if (t.bos != d.bos || t.eos != d.eos) fail("their BOS/EOS tokens differ");
+}
+
+}  // namespace localspec

@@ -1,0 +1,106 @@
+// The thin layer over llama.cpp's C API. This header exposes plain C++ types only; the one
+// source file that includes llama.h is llama_backend.cpp. When llama.cpp's API changes, this
+// pair of files is the only place to edit.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace localspec {
+
+using Token = int32_t;
+
+// Route llama.cpp's log: errors are remembered (for error messages), everything is printed
+// only when verbose. Call once per process before loading models; idempotent.
+void backend_init(bool verbose);
+
+struct ModelOptions {
+    std::string path;
+    int n_gpu_layers = -1;  // -1: as many as the backend can hold (all); 0: CPU only
+};
+
+struct VocabInfo {
+    int type = 0;  // llama_vocab_type
+    int n_tokens = 0;
+    Token bos = -1;
+    Token eos = -1;
+};
+
+// A loaded GGUF model (weights + vocabulary). Immutable after load; safe to share.
+class Model {
+public:
+    explicit Model(const ModelOptions& options);  // throws UserError(ModelLoad)
+    ~Model();
+    Model(const Model&) = delete;
+    Model& operator=(const Model&) = delete;
+
+    const std::string& path() const { return path_; }
+    VocabInfo vocab() const;
+    std::string token_text(Token token) const;  // the vocabulary entry, as stored
+    std::string token_piece(Token token) const;  // bytes this token renders to
+    bool is_end_of_generation(Token token) const;
+    bool add_bos() const;
+    std::vector<Token> tokenize(const std::string& text, bool add_special, bool parse_special) const;
+    std::string detokenize(const std::vector<Token>& tokens) const;
+    std::string chat_template() const;  // "" when the GGUF has none
+    std::string description() const;
+    std::string metadata(const std::string& key) const;  // "" when absent
+    int n_ctx_train() const;
+    uint64_t size_bytes() const;
+
+private:
+    friend class Context;
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+    std::string path_;
+};
+
+struct ContextOptions {
+    int n_ctx = 4096;
+    int n_batch = 2048;
+    int n_threads = 0;  // 0: hardware concurrency
+};
+
+// One llama_context with a single sequence, plus the list of tokens its KV cache holds.
+// Invariant: kv_tokens()[i] is the token stored at position i, for every i < kv_tokens().size().
+class Context {
+public:
+    Context(const Model& model, const ContextOptions& options);
+    ~Context();
+    Context(const Context&) = delete;
+    Context& operator=(const Context&) = delete;
+
+    int n_ctx() const;
+    int n_vocab() const { return n_vocab_; }
+    const std::vector<Token>& kv_tokens() const { return kv_tokens_; }
+
+    // Append tokens to the cache. Logits are kept for the last `n_logits` of them, readable
+    // with logits(0 .. n_logits-1) until the next decode. Splits long inputs into n_batch pieces.
+    void decode(const std::vector<Token>& tokens, int n_logits);
+    const float* logits(int row) const;
+
+    // Drop cache entries at positions >= n_keep (the KV rollback).
+    void truncate(size_t n_keep);
+    // Make the cache hold exactly `tokens` (minus what must be recomputed): reuse the common
+    // prefix, drop the rest, decode the remainder. Returns how many tokens were decoded.
+    size_t sync(const std::vector<Token>& tokens, int n_logits);
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+    std::vector<Token> kv_tokens_;
+    int n_vocab_ = 0;
+    int n_logits_ = 0;
+};
+
+// Quantize a GGUF (llama.cpp's quantize API). type: "Q4_K_M", "Q8_0", "F16", ...
+void quantize_model(const std::string& in_path, const std::string& out_path,
+                    const std::string& type, int n_threads);
+
+// Check that a draft model can propose tokens for a target: same vocabulary type, texts of
+// every common token, BOS/EOS; sizes may differ by a little padding. Throws UserError.
+void check_vocab_compatible(const Model& target, const Model& draft);
+
+}  // namespace localspec

@@ -1,0 +1,100 @@
+#include "sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace localspec {
+
+float Distribution::prob(Token id) const {
+    for (size_t i = 0; i < ids.size(); ++i) {
+        if (ids[i] == id) return probs[i];
+    }
+    return 0.0f;
+}
+
+uint64_t Rng::next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+Token argmax(const float* logits, int n_vocab) {
+    return static_cast<Token>(std::max_element(logits, logits + n_vocab) - logits);
+}
+
+namespace {
+
+// Softmax of `logits[ids]` scaled by 1/temperature, in place into `out` (doubles for accuracy).
+void softmax(const float* logits, const std::vector<Token>& ids, double inv_temp, std::vector<double>& out) {
+    out.resize(ids.size());
+    double max_logit = -INFINITY;
+    for (Token id : ids) max_logit = std::max(max_logit, static_cast<double>(logits[id]));
+    double sum = 0.0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+        out[i] = std::exp((static_cast<double>(logits[ids[i]]) - max_logit) * inv_temp);
+        sum += out[i];
+    }
+    for (double& v : out) v /= sum;
+}
+
+// Candidate ids sorted by descending logit (ties by id); only the top k when k > 0.
+std::vector<Token> sorted_candidates(const float* logits, int n_vocab, int top_k) {
+    std::vector<Token> ids(static_cast<size_t>(n_vocab));
+    std::iota(ids.begin(), ids.end(), 0);
+    auto by_logit = [logits](Token a, Token b) {
+        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    };
+    const size_t k = top_k > 0 ? std::min<size_t>(static_cast<size_t>(top_k), ids.size()) : ids.size();
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<long>(k), ids.end(), by_logit);
+    ids.resize(k);
+    return ids;
+}
+
+}  // namespace
+
+Distribution warp(const float* logits, int n_vocab, const SamplingParams& params) {
+    std::vector<Token> ids = sorted_candidates(logits, n_vocab, params.top_k);
+    std::vector<double> probs;
+    softmax(logits, ids, 1.0, probs);
+
+    size_t keep = ids.size();
+    if (params.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p
+        double mass = 0.0;
+        for (size_t i = 0; i < ids.size(); ++i) {
+            mass += probs[i];
+            if (mass >= params.top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+    }
+    if (params.min_p > 0.0f) {  // drop tokens below min_p times the most likely one
+        const double floor = params.min_p * probs[0];
+        size_t n = 1;
+        while (n < keep && probs[n] >= floor) ++n;
+        keep = n;
+    }
+    ids.resize(keep);
+
+    softmax(logits, ids, 1.0 / static_cast<double>(params.temperature), probs);
+    Distribution dist;
+    dist.ids = std::move(ids);
+    dist.probs.assign(probs.begin(), probs.end());
+    return dist;
+}
+
+Token sample(const Distribution& dist, Rng& rng) {
+    const double u = rng.uniform();
+    double cumulative = 0.0;
+    for (size_t i = 0; i < dist.ids.size(); ++i) {
+        cumulative += dist.probs[i];
+        if (u < cumulative) return dist.ids[i];
+    }
+    return dist.ids.back();  // u landed in the float rounding gap at the end
+}
+
+}  // namespace localspec

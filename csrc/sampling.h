@@ -1,0 +1,51 @@
+// Turning logits into the distribution we sample from ("warping"), and seeded sampling.
+// The SAME warp is applied to target logits (p) and draft logits (q): that is what makes
+// speculative sampling lossless with respect to the warped target distribution.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "llama_backend.h"
+
+namespace localspec {
+
+struct SamplingParams {
+    float temperature = 0.8f;  // 0: greedy (argmax of the raw logits)
+    int top_k = 40;            // 0: off
+    float top_p = 0.95f;       // 1: off
+    float min_p = 0.05f;       // 0: off
+    uint64_t seed = 0;
+
+    bool greedy() const { return temperature <= 0.0f; }
+};
+
+// A probability distribution over token ids, listing only tokens with p > 0,
+// in descending probability. Probabilities sum to 1.
+struct Distribution {
+    std::vector<Token> ids;
+    std::vector<float> probs;
+
+    float prob(Token id) const;  // 0 for tokens outside the support
+    size_t size() const { return ids.size(); }
+};
+
+// Deterministic RNG: same seed, same stream on every platform (no std:: distributions).
+class Rng {
+public:
+    explicit Rng(uint64_t seed) : state_(seed) {}
+    uint64_t next();        // splitmix64
+    double uniform();       // in [0, 1)
+
+private:
+    uint64_t state_;
+};
+
+// Order as llama.cpp's default chain: top-k -> top-p -> min-p (all judged on the softmax at
+// temperature 1 of the survivors) -> temperature -> softmax.
+Distribution warp(const float* logits, int n_vocab, const SamplingParams& params);
+
+Token argmax(const float* logits, int n_vocab);
+Token sample(const Distribution& dist, Rng& rng);
+
+}  // namespace localspec

@@ -1,0 +1,36 @@
+"""Conversions between the typed Python values and the extension's plain types."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from localspec import _core
+from localspec.types import GenerationParams, GenerationStats
+
+# Until the adaptive controller lands (issue: speed), "auto" means this fixed draft length.
+AUTO_DRAFT_MAX = 5
+
+
+def params_to_core(params: GenerationParams, prompt: list[int]) -> _core.GenerateRequest:
+    """Build the core request; ``params.seed`` must already be set."""
+    request = _core.GenerateRequest()
+    request.prompt = prompt
+    request.sampling = _core.SamplingParams(
+        temperature=params.temperature,
+        top_k=params.top_k,
+        top_p=params.top_p,
+        min_p=params.min_p,
+        seed=params.seed or 0,
+    )
+    request.max_tokens = params.max_tokens
+    draft_max = AUTO_DRAFT_MAX if params.draft_max == "auto" else int(params.draft_max)
+    request.draft_max = draft_max if params.speculative else 0
+    request.ignore_eos = params.ignore_eos
+    request.stop = list(params.stop)
+    return request
+
+
+def stats_from_core(raw: dict[str, Any]) -> GenerationStats:
+    raw = dict(raw)
+    raw.pop("acceptance_by_position", None)
+    return GenerationStats(**raw)

@@ -1,0 +1,249 @@
+"""The engine: one thread owns the llama contexts; callers submit requests and read queues.
+
+    engine = Engine.load("target.gguf", draft="ngram")
+    result = engine.generate("The capital of France is", max_tokens=32, temperature=0)
+    for chunk in engine.stream("Once upon a time"):
+        print(chunk.text, end="")
+
+Every generation runs entirely in C++ (``localspec._core``) with the GIL released; the core
+calls back once per speculative step with the emitted chunk. The server and the TUI use
+``submit`` and read the returned handle, which is an iterator of chunks.
+"""
+
+from __future__ import annotations
+
+import queue
+import random
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from localspec import _core
+from localspec.convert import params_to_core, stats_from_core
+from localspec.errors import EngineClosedError, LocalspecError, QueueFullError
+from localspec.loading import LoadOptions, open_core
+from localspec.types import (
+    Chunk,
+    EngineInfo,
+    GenerationParams,
+    GenerationResult,
+    GenerationStats,
+    Provenance,
+)
+
+_PROVENANCE: tuple[Provenance, Provenance] = ("draft", "target")
+_DONE = object()
+
+
+class RequestHandle:
+    """One submitted generation: iterate for chunks, ``result()`` for the whole answer."""
+
+    def __init__(self, prompt: str | Sequence[int], params: GenerationParams) -> None:
+        self.prompt = prompt
+        self.params = params
+        self._chunks: queue.Queue[Any] = queue.Queue()
+        self._cancel = threading.Event()
+        self._result: GenerationResult | None = None
+        self._error: BaseException | None = None
+        self._finished = threading.Event()
+
+    def cancel(self) -> None:
+        """Ask the engine to stop this generation; it stops within one step."""
+        self._cancel.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def __iter__(self) -> Iterator[Chunk]:
+        while True:
+            item = self._chunks.get()
+            if item is _DONE:
+                break
+            yield item
+        if self._error is not None:
+            raise self._error
+
+    def result(self, timeout: float | None = None) -> GenerationResult:
+        """Block until the generation ends and return it (raises its error, if any)."""
+        if not self._finished.wait(timeout):
+            raise TimeoutError("generation did not finish in time")
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    # Called on the engine thread only.
+    def _on_chunk(self, chunk: Chunk) -> bool:
+        self._chunks.put(chunk)
+        return not self._cancel.is_set()
+
+    def _finish(self, result: GenerationResult | None, error: BaseException | None) -> None:
+        self._result, self._error = result, error
+        self._finished.set()
+        self._chunks.put(_DONE)
+
+
+class Engine:
+    """A loaded target (+ drafter) served by one worker thread."""
+
+    def __init__(self, core: _core.Core, info: EngineInfo, max_queue: int = 64) -> None:
+        self._core = core
+        self.info = info
+        self._requests: queue.Queue[RequestHandle | None] = queue.Queue()
+        self._max_queue = max_queue
+        self._closed = False
+        self._lock = threading.Lock()
+        self._pending = 0
+        self._thread = threading.Thread(target=self._serve, name="localspec-engine", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def load(
+        cls,
+        target: str | Path,
+        draft: str | Path = "ngram",
+        *,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        n_gpu_layers: int = -1,
+        max_queue: int = 64,
+        verbose: bool = False,
+    ) -> Engine:
+        """Load a target GGUF and a drafter (a GGUF path, ``"ngram"`` or ``"none"``)."""
+        options = LoadOptions(
+            target=str(target),
+            draft=str(draft),
+            n_ctx=n_ctx,
+            n_threads=n_threads,
+            n_gpu_layers=n_gpu_layers,
+            verbose=verbose,
+        )
+        core, info = open_core(options)
+        return cls(core, info, max_queue=max_queue)
+
+    # ---- requests ---------------------------------------------------------------------------
+
+    def submit(
+        self, prompt: str | Sequence[int], params: GenerationParams | None = None, **overrides: Any
+    ) -> RequestHandle:
+        """Queue a generation. Raises QueueFullError when ``max_queue`` requests are waiting."""
+        params = replace(params or GenerationParams(), **overrides)
+        if isinstance(params.stop, list):
+            params = replace(params, stop=tuple(params.stop))
+        params.validate()
+        handle = RequestHandle(prompt, params)
+        with self._lock:
+            if self._closed:
+                raise EngineClosedError("The engine is closed; load a new one.")
+            if self._pending >= self._max_queue:
+                raise QueueFullError(
+                    f"{self._pending} requests are already waiting; retry when one has finished."
+                )
+            self._pending += 1
+            self._requests.put(handle)
+        return handle
+
+    def generate(
+        self, prompt: str | Sequence[int], params: GenerationParams | None = None, **overrides: Any
+    ) -> GenerationResult:
+        return self.submit(prompt, params, **overrides).result()
+
+    def stream(
+        self, prompt: str | Sequence[int], params: GenerationParams | None = None, **overrides: Any
+    ) -> Iterator[Chunk]:
+        """Yield chunks as they are generated; leaving the loop early cancels the generation."""
+        handle = self.submit(prompt, params, **overrides)
+        try:
+            yield from handle
+        finally:
+            handle.cancel()
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests submitted and not yet finished (including the running one)."""
+        with self._lock:
+            return self._pending
+
+    # ---- text helpers (safe from any thread: they do not touch the contexts) ----------------
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        return self._core.tokenize(text, add_special, parse_special)
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return self._core.detokenize(list(tokens))
+
+    def token_text(self, token: int) -> str:
+        return self._core.token_text(token)
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Finish the running request, fail queued ones, and free the models."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._requests.put(None)
+        self._thread.join()
+        self._core.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- the engine thread ---------------------------------------------------------------
+
+    def _serve(self) -> None:
+        while True:
+            handle = self._requests.get()
+            if handle is None:
+                break
+            try:
+                self._run(handle)
+            finally:
+                with self._lock:
+                    self._pending -= 1
+        while not self._requests.empty():  # closed: fail what is still queued
+            handle = self._requests.get()
+            if handle is not None:
+                handle._finish(None, EngineClosedError("The engine was closed before this request ran."))
+
+    def _run(self, handle: RequestHandle) -> None:
+        if handle.cancelled:
+            handle._finish(_empty_result("cancelled"), None)
+            return
+        params = handle.params
+        if params.seed is None:
+            params = replace(params, seed=random.getrandbits(63))
+        try:
+            prompt = handle.prompt
+            tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+            core_request = params_to_core(params, tokens)
+
+            def on_chunk(text: str, ids: list[int], prov: list[int], stats: dict[str, Any]) -> bool:
+                chunk = Chunk(text, ids, [_PROVENANCE[p] for p in prov], stats_from_core(stats))
+                return handle._on_chunk(chunk)
+
+            raw = self._core.generate(core_request, on_chunk)
+            result = GenerationResult(
+                text=raw["text"],
+                tokens=list(raw["tokens"]),
+                provenance=[_PROVENANCE[p] for p in raw["provenance"]],
+                finish_reason=raw["finish_reason"],
+                stats=stats_from_core(raw["stats"]),
+            )
+        except LocalspecError as error:
+            handle._finish(None, error)
+        except Exception as error:  # a bug: keep it visible to the caller
+            handle._finish(None, error)
+        else:
+            handle._finish(result, None)
+
+
+def _empty_result(reason: str) -> GenerationResult:
+    return GenerationResult("", [], [], reason, GenerationStats())  # type: ignore[arg-type]

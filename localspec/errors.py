@@ -1,0 +1,41 @@
+"""User-facing errors: each carries one sentence saying what is wrong and what to do.
+
+The CLI prints ``str(error)`` and exits with code 2; the server maps them to OpenAI-style error
+JSON. Anything that is not a LocalspecError is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class LocalspecError(Exception):
+    """Base class for mistakes a user can fix (bad file, bad parameter, ...)."""
+
+    status_code = 400  # HTTP status when raised inside the server
+
+
+class ModelLoadError(LocalspecError):
+    """A model file is missing, not GGUF, truncated, or llama.cpp refused it."""
+
+
+class VocabMismatchError(LocalspecError):
+    """Draft and target do not share a vocabulary."""
+
+
+class PromptTooLongError(LocalspecError):
+    """The prompt does not fit into the context."""
+
+
+class InvalidParameterError(LocalspecError):
+    """A generation or load parameter is out of range."""
+
+
+class EngineClosedError(LocalspecError):
+    """A request was submitted to an engine that has been closed."""
+
+    status_code = 503
+
+
+class QueueFullError(LocalspecError):
+    """Too many requests are waiting for the engine."""
+
+    status_code = 429

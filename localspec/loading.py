@@ -1,0 +1,79 @@
+"""Opening the C++ core: argument checks with clear errors, then the model load."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from localspec import _core
+from localspec.errors import InvalidParameterError, ModelLoadError
+from localspec.types import EngineInfo
+
+DRAFTER_KEYWORDS = ("ngram", "none")
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    target: str
+    draft: str = "ngram"  # a GGUF path, "ngram" or "none"
+    n_ctx: int = 4096
+    n_threads: int | None = None
+    n_gpu_layers: int = -1
+    n_gpu_layers_draft: int | None = None  # None: same as n_gpu_layers
+    draft_sampling: bool = True
+    verbose: bool = False
+
+
+def _check_model_path(path: str, role: str) -> None:
+    p = Path(path)
+    if not p.exists():
+        raise ModelLoadError(f"The {role} model '{path}' does not exist; check the path.")
+    if p.is_dir():
+        raise ModelLoadError(f"The {role} model '{path}' is a directory; pass a .gguf file.")
+    if not os.access(p, os.R_OK):
+        raise ModelLoadError(f"The {role} model '{path}' is not readable; check its permissions.")
+
+
+def _check_options(options: LoadOptions) -> None:
+    if not isinstance(options.n_ctx, int) or not 16 <= options.n_ctx <= 1 << 22:
+        raise InvalidParameterError(f"n_ctx={options.n_ctx!r} is invalid: use 16 to 4194304 tokens.")
+    if options.n_threads is not None and options.n_threads < 1:
+        raise InvalidParameterError(f"n_threads={options.n_threads!r} is invalid: use 1 or more.")
+    _check_model_path(options.target, "target")
+    if options.draft not in DRAFTER_KEYWORDS:
+        _check_model_path(options.draft, "draft")
+
+
+def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:
+    """Load the target and drafter. Raises a LocalspecError for every user mistake."""
+    _check_options(options)
+    core_options = _core.EngineOptions()
+    core_options.target_path = options.target
+    core_options.drafter = options.draft
+    core_options.n_ctx = options.n_ctx
+    core_options.n_threads = options.n_threads or 0
+    core_options.n_gpu_layers_target = options.n_gpu_layers
+    core_options.n_gpu_layers_draft = (
+        options.n_gpu_layers if options.n_gpu_layers_draft is None else options.n_gpu_layers_draft
+    )
+    core_options.draft_sampling = options.draft_sampling
+    core_options.verbose = options.verbose
+    core = _core.Core(core_options)
+    return core, _engine_info(core, options)
+
+
+def _engine_info(core: _core.Core, options: LoadOptions) -> EngineInfo:
+    name = core.metadata("general.name") or Path(options.target).stem
+    template = core.chat_template() or None
+    bos, eos = core.bos(), core.eos()
+    return EngineInfo(
+        target_path=options.target,
+        drafter=options.draft,
+        n_ctx=core.n_ctx(),
+        n_vocab=core.n_vocab(),
+        target_name=name,
+        chat_template=template,
+        bos_text=core.token_text(bos) if bos >= 0 else "",
+        eos_text=core.token_text(eos) if eos >= 0 else "",
+    )

@@ -1,0 +1,135 @@
+"""Public value types of the Python API: parameters in, chunks and results out.
+
+Vocabulary (DESIGN.md §2): a *drafted* token was proposed by the drafter; an *accepted* one
+passed verification; a *rejected* one did not. Every emitted token is either an accepted draft
+token (provenance ``"draft"``) or a token the target produced itself: a *correction* after a
+rejection or a *bonus* after a fully accepted draft (provenance ``"target"``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Union
+
+Provenance = Literal["draft", "target"]
+FinishReason = Literal["stop", "length", "cancelled"]
+DraftMax = Union[int, Literal["auto"]]
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """How to generate. Defaults follow llama.cpp's; ``temperature=0`` is greedy."""
+
+    max_tokens: int = 256
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    seed: int | None = None  # None: a fresh random seed per request
+    stop: tuple[str, ...] = ()
+    draft_max: DraftMax = 5  # longest draft per step; 0 disables drafting
+    speculative: bool = True  # False: plain target-only decoding
+    ignore_eos: bool = False  # benchmarks generate a fixed number of tokens
+
+    def validate(self) -> None:
+        """Raise InvalidParameterError with one sentence naming the bad value."""
+        from localspec.errors import InvalidParameterError
+
+        def bad(name: str, value: object, rule: str) -> InvalidParameterError:
+            return InvalidParameterError(f"{name}={value!r} is invalid: {rule}.")
+
+        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise bad("max_tokens", self.max_tokens, "it must be an integer >= 1")
+        if not 0.0 <= self.temperature <= 100.0:
+            raise bad("temperature", self.temperature, "it must be between 0 and 100")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise bad("top_k", self.top_k, "it must be an integer >= 0 (0 disables it)")
+        if not 0.0 < self.top_p <= 1.0:
+            raise bad("top_p", self.top_p, "it must be in (0, 1]")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise bad("min_p", self.min_p, "it must be in [0, 1]")
+        if self.seed is not None and not 0 <= self.seed < 2**64:
+            raise bad("seed", self.seed, "it must be an integer in [0, 2^64)")
+        if self.draft_max != "auto" and (
+            not isinstance(self.draft_max, int) or not 0 <= self.draft_max <= 64
+        ):
+            raise bad("draft_max", self.draft_max, "it must be 'auto' or an integer in [0, 64]")
+        if any(not isinstance(s, str) or s == "" for s in self.stop):
+            raise bad("stop", self.stop, "stop strings must be non-empty strings")
+
+
+@dataclass
+class GenerationStats:
+    """Statistics of one generation (definitions in DESIGN.md §2 and §7)."""
+
+    prompt_tokens: int = 0
+    n_tokens: int = 0  # emitted (generated) tokens
+    drafted: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    target_passes: int = 0  # target verification passes during generation
+    acceptance_rate: float = 0.0  # accepted / drafted
+    mean_accepted_length: float = 0.0  # tokens emitted per target pass (1.0 = plain)
+    accepted_length_histogram: list[int] = field(default_factory=list)  # [n] = steps that accepted n
+    drafted_by_position: list[int] = field(default_factory=list)
+    accepted_by_position: list[int] = field(default_factory=list)
+    prefill_seconds: float = 0.0
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    other_seconds: float = 0.0
+    generation_seconds: float = 0.0  # excludes prefill
+    time_to_first_token: float = 0.0
+    tokens_per_second: float = 0.0  # n_tokens / generation_seconds
+    prefill_tokens_per_second: float = 0.0
+    draft_max: int = 0  # draft length used by the last step
+
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_by_position, self.drafted_by_position)]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["acceptance_by_position"] = self.acceptance_by_position
+        return out
+
+
+@dataclass
+class Chunk:
+    """Tokens emitted by one speculative step (at least one token)."""
+
+    text: str  # may be "" while a UTF-8 sequence or a possible stop string is held back
+    tokens: list[int]
+    provenance: list[Provenance]
+    stats: GenerationStats  # running totals after this step
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    tokens: list[int]
+    provenance: list[Provenance]
+    finish_reason: FinishReason
+    stats: GenerationStats
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "tokens": self.tokens,
+            "provenance": self.provenance,
+            "finish_reason": self.finish_reason,
+            "stats": self.stats.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What an engine has loaded."""
+
+    target_path: str
+    drafter: str  # "ngram", "none" or the draft GGUF's path
+    n_ctx: int
+    n_vocab: int
+    target_name: str
+    chat_template: str | None
+    bos_text: str
+    eos_text: str
