@@ -38,7 +38,8 @@ void on_log(ggml_log_level level, const char* text, void* user_data) {
     if (level == GGML_LOG_LEVEL_ERROR) {
         std::string line(text);
         while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
-        if (!line.empty()) sink->last_error = line;
+        // The first error is the cause; later ones ("failed to load model") only summarise.
+        if (!line.empty() && sink->last_error.empty()) sink->last_error = line;
     }
     if (sink->verbose) std::fputs(text, stderr);
 }

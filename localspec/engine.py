@@ -15,10 +15,13 @@ from __future__ import annotations
 import queue
 import random
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import numpy as np
 
 from localspec import _core
 from localspec.convert import params_to_core, stats_from_core
@@ -35,6 +38,7 @@ from localspec.types import (
 
 _PROVENANCE: tuple[Provenance, Provenance] = ("draft", "target")
 _DONE = object()
+_T = TypeVar("_T")
 
 
 class RequestHandle:
@@ -92,7 +96,7 @@ class Engine:
     def __init__(self, core: _core.Core, info: EngineInfo, max_queue: int = 64) -> None:
         self._core = core
         self.info = info
-        self._requests: queue.Queue[RequestHandle | None] = queue.Queue()
+        self._requests: queue.Queue[RequestHandle | _Job | None] = queue.Queue()
         self._max_queue = max_queue
         self._closed = False
         self._lock = threading.Lock()
@@ -167,6 +171,18 @@ class Engine:
         with self._lock:
             return self._pending
 
+    def next_token_logits(self, tokens: Sequence[int]) -> np.ndarray:
+        """The target's raw logits for the token after `tokens` (runs on the engine thread)."""
+        return self._call(lambda: self._core.next_token_logits(list(tokens)))
+
+    def _call(self, fn: Callable[[], _T]) -> _T:
+        job = _Job(fn)
+        with self._lock:
+            if self._closed:
+                raise EngineClosedError("The engine is closed; load a new one.")
+            self._requests.put(job)
+        return job.future.result()
+
     # ---- text helpers (safe from any thread: they do not touch the contexts) ----------------
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
@@ -203,6 +219,9 @@ class Engine:
             handle = self._requests.get()
             if handle is None:
                 break
+            if isinstance(handle, _Job):
+                handle.run()
+                continue
             try:
                 self._run(handle)
             finally:
@@ -210,7 +229,7 @@ class Engine:
                     self._pending -= 1
         while not self._requests.empty():  # closed: fail what is still queued
             handle = self._requests.get()
-            if handle is not None:
+            if isinstance(handle, RequestHandle):
                 handle._finish(None, EngineClosedError("The engine was closed before this request ran."))
 
     def _run(self, handle: RequestHandle) -> None:
@@ -243,6 +262,20 @@ class Engine:
             handle._finish(None, error)
         else:
             handle._finish(result, None)
+
+
+class _Job:
+    """A function to run on the engine thread (it owns the contexts)."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+        self.future: Future[Any] = Future()
+
+    def run(self) -> None:
+        try:
+            self.future.set_result(self.fn())
+        except BaseException as error:  # noqa: BLE001 - handed to the caller
+            self.future.set_exception(error)
 
 
 def _empty_result(reason: str) -> GenerationResult:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from localspec import _core
 from localspec.errors import InvalidParameterError, ModelLoadError
+from localspec.gguf_reader import read_gguf
 from localspec.types import EngineInfo
 
 DRAFTER_KEYWORDS = ("ngram", "none")
@@ -26,6 +27,7 @@ class LoadOptions:
 
 
 def _check_model_path(path: str, role: str) -> None:
+    """Catch missing, non-GGUF and truncated files with a precise sentence before llama.cpp."""
     p = Path(path)
     if not p.exists():
         raise ModelLoadError(f"The {role} model '{path}' does not exist; check the path.")
@@ -33,6 +35,7 @@ def _check_model_path(path: str, role: str) -> None:
         raise ModelLoadError(f"The {role} model '{path}' is a directory; pass a .gguf file.")
     if not os.access(p, os.R_OK):
         raise ModelLoadError(f"The {role} model '{path}' is not readable; check its permissions.")
+    read_gguf(p, read_arrays=False)
 
 
 def _check_options(options: LoadOptions) -> None:
