@@ -19,6 +19,9 @@ from localspec.errors import LocalspecError
 BUILTIN_COMMANDS = (
     "localspec.commands.run",
     "localspec.commands.serve",
+    "localspec.commands.models",
+    "localspec.commands.pull",
+    "localspec.commands.plan",
 )
 
 

