@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "acceptance.h"
+#include "controller.h"
 #include "engine.h"
 #include "errors.h"
 
@@ -166,6 +167,8 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("draft_sampling", &EngineOptions::draft_sampling)
         .def_readwrite("ngram_min", &EngineOptions::ngram_min)
         .def_readwrite("ngram_max", &EngineOptions::ngram_max)
+        .def_readwrite("draft_p_min", &EngineOptions::draft_p_min)
+        .def_readwrite("controller_k_max", &EngineOptions::controller_k_max)
         .def_readwrite("verbose", &EngineOptions::verbose);
 
     py::class_<GenerateRequest>(m, "GenerateRequest")
@@ -177,6 +180,7 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("max_tokens", &GenerateRequest::max_tokens)
         .def_readwrite("draft_max", &GenerateRequest::draft_max)
         .def_readwrite("ignore_eos", &GenerateRequest::ignore_eos)
+        .def_readwrite("adaptive", &GenerateRequest::adaptive)
         .def_readwrite("stop", &GenerateRequest::stop);
 
     py::class_<SamplingParams>(m, "SamplingParams")
@@ -209,6 +213,17 @@ PYBIND11_MODULE(_core, m) {
         .def("drafter_name", [](Core& c) { return c.engine().drafter_name(); })
         .def("close", &Core::close);
 
+    py::class_<DraftController>(m, "DraftController")
+        .def(py::init<int>())
+        .def("choose", &DraftController::choose)
+        .def("observe", &DraftController::observe, py::arg("k"), py::arg("n_accepted"),
+             py::arg("draft_seconds"), py::arg("verify_seconds"))
+        .def("reset_acceptance", &DraftController::reset_acceptance)
+        .def("acceptance", &DraftController::acceptance)
+        .def("verify_seconds", &DraftController::verify_seconds)
+        .def("expected_rate", &DraftController::expected_rate)
+        .def_property_readonly("k_max", &DraftController::k_max);
+
     // Pure functions, exposed for tests and tools.
     m.def("accept_greedy", [](const std::vector<Token>& drafts, const std::vector<Token>& argmaxes) {
         return acceptance_to_dict(accept_greedy(drafts, argmaxes));
@@ -234,12 +249,45 @@ PYBIND11_MODULE(_core, m) {
         py::gil_scoped_release release;
         quantize_model(in, out, type, threads);
     });
-    m.def("check_vocab", [](const std::string& target_path, const std::string& draft_path) {
-        py::gil_scoped_release release;
-        backend_init(false);
-        Model target(ModelOptions{target_path, 0});
-        Model draft(ModelOptions{draft_path, 0});
-        check_vocab_compatible(target, draft);
+    m.def("compare_vocab", [](const std::string& target_path, const std::string& draft_path) {
+        VocabComparison cmp;
+        {
+            py::gil_scoped_release release;
+            backend_init(false);
+            Model target(ModelOptions{target_path, 0, true});
+            Model draft(ModelOptions{draft_path, 0, true});
+            cmp = compare_vocab(target, draft);
+        }
+        auto info = [](const VocabInfo& v) {
+            py::dict d;
+            d["type"] = v.type;
+            d["n_tokens"] = v.n_tokens;
+            d["bos"] = v.bos;
+            d["eos"] = v.eos;
+            return d;
+        };
+        py::dict d;
+        d["target"] = info(cmp.target);
+        d["draft"] = info(cmp.draft);
+        d["first_difference"] = cmp.first_difference;
+        d["target_text"] = to_str(cmp.target_text);
+        d["draft_text"] = to_str(cmp.draft_text);
+        d["problem"] = cmp.problem;
+        return d;
     });
     m.def("backend_init", &backend_init, py::arg("verbose") = false);
+    m.def("list_devices", [] {
+        backend_init(false);
+        py::list out;
+        for (const DeviceInfo& d : list_devices()) {
+            py::dict item;
+            item["name"] = d.name;
+            item["description"] = d.description;
+            item["kind"] = d.kind;
+            item["free_bytes"] = d.free_bytes;
+            item["total_bytes"] = d.total_bytes;
+            out.append(item);
+        }
+        return out;
+    });
 }

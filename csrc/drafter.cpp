@@ -1,6 +1,7 @@
 #include "drafter.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace localspec {
 
@@ -25,8 +26,21 @@ Draft NgramDrafter::draft(const std::vector<Token>& history, int k, const Sampli
 
 // ---- draft model --------------------------------------------------------------------------
 
-ModelDrafter::ModelDrafter(std::shared_ptr<Model> model, const ContextOptions& options, int max_token, bool sample)
-    : model_(std::move(model)), ctx_(*model_, options), max_token_(max_token), sample_(sample) {}
+ModelDrafter::ModelDrafter(std::shared_ptr<Model> model, const ContextOptions& options, int max_token, bool sample,
+                           float p_min)
+    : model_(std::move(model)), ctx_(*model_, options), max_token_(max_token), sample_(sample), p_min_(p_min) {}
+
+namespace {
+
+// Probability of the most likely token under softmax(logits) at temperature 1.
+float top_probability(const float* logits, int n_vocab) {
+    const float max_logit = *std::max_element(logits, logits + n_vocab);
+    double sum = 0.0;
+    for (int i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - max_logit));
+    return static_cast<float>(1.0 / sum);
+}
+
+}  // namespace
 
 void ModelDrafter::prefill(const std::vector<Token>& history) {
     if (history.size() > 1) ctx_.sync(std::vector<Token>(history.begin(), history.end() - 1), 0);
@@ -52,9 +66,11 @@ Draft ModelDrafter::draft(const std::vector<Token>& history, int k, const Sampli
         Token token;
         if (sampled) {
             Distribution q = warp(logits, ctx_.n_vocab(), params);
+            if (q.probs.front() < p_min_) break;
             token = sample(q, rng);
             out.q.push_back(std::move(q));
         } else {
+            if (p_min_ > 0 && top_probability(logits, ctx_.n_vocab()) < p_min_) break;
             token = argmax(logits, ctx_.n_vocab());
         }
         if (token >= max_token_) {

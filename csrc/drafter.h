@@ -44,10 +44,13 @@ private:
 };
 
 // A smaller GGUF of the same vocabulary. Greedy (argmax of q) at temperature 0 or when
-// `sample` is false; otherwise samples each draft token from the warped q.
+// `sample` is false; otherwise samples each draft token from the warped q. Drafting stops
+// early when the draft is unsure (its most likely token has probability below p_min): such
+// tokens are rarely accepted and each costs a draft pass and a verification row.
 class ModelDrafter : public Drafter {
 public:
-    ModelDrafter(std::shared_ptr<Model> model, const ContextOptions& options, int max_token, bool sample);
+    ModelDrafter(std::shared_ptr<Model> model, const ContextOptions& options, int max_token, bool sample,
+                 float p_min);
     std::string name() const override { return model_->path(); }
     Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override;
     void rollback(const std::vector<Token>& history) override;
@@ -58,6 +61,7 @@ private:
     Context ctx_;
     int max_token_;  // drafts must be valid target ids: stop before a larger id
     bool sample_;
+    float p_min_;  // confidence cutoff: stop drafting below this top probability
 };
 
 }  // namespace localspec

@@ -35,7 +35,7 @@ std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, const Model&
     auto draft = std::make_shared<Model>(ModelOptions{options.drafter, options.n_gpu_layers_draft});
     check_vocab_compatible(target, *draft);
     return std::make_unique<ModelDrafter>(draft, context_options(options), target.vocab().n_tokens,
-                                          options.draft_sampling);
+                                          options.draft_sampling, options.draft_p_min);
 }
 
 }  // namespace
@@ -43,7 +43,8 @@ std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, const Model&
 SpecEngine::SpecEngine(const EngineOptions& options)
     : target_model_(load_target(options)),
       target_(*target_model_, context_options(options)),
-      drafter_(make_drafter(options, *target_model_)) {}
+      drafter_(make_drafter(options, *target_model_)),
+      controller_(drafter_ ? options.controller_k_max : 0) {}
 
 void SpecEngine::check_request(const GenerateRequest& request) const {
     const size_t n = request.prompt.size();
@@ -75,7 +76,9 @@ SpecEngine::StepResult SpecEngine::speculative_step(std::vector<Token>& history,
     auto t0 = Clock::now();
     Draft draft = (drafter_ && k > 0) ? drafter_->draft(history, k, params, rng) : Draft{};
     const std::vector<Token>& drafted = draft.tokens;
-    stats.draft_seconds += seconds_since(t0);
+    StepResult out;
+    out.drafted = static_cast<int>(drafted.size());
+    out.draft_seconds = seconds_since(t0);
 
     // 2. Verify: ONE target batch [last, d1..dk] with logits on every row; row i is the
     //    target's distribution for the position of d_{i+1} (row k follows d_k).
@@ -84,10 +87,9 @@ SpecEngine::StepResult SpecEngine::speculative_step(std::vector<Token>& history,
     batch.insert(batch.end(), drafted.begin(), drafted.end());
     const int n_rows = static_cast<int>(batch.size());
     target_.decode(batch, n_rows);
-    stats.verify_seconds += seconds_since(t0);
 
     // 3. Accept: n drafts kept, plus one correction (after a rejection) or bonus token.
-    t0 = Clock::now();
+    //    (Reading k + 1 logits rows scales with k, so it counts as verification time.)
     Acceptance acc;
     if (params.greedy()) {
         std::vector<Token> best(static_cast<size_t>(n_rows));
@@ -99,12 +101,13 @@ SpecEngine::StepResult SpecEngine::speculative_step(std::vector<Token>& history,
         for (int i = 0; i < n_rows; ++i) p.push_back(warp(target_.logits(i), target_.n_vocab(), params));
         acc = accept_sampled(drafted, p, draft.q, rng);
     }
+    out.verify_seconds = seconds_since(t0);
+    t0 = Clock::now();
 
     // 4. Roll back: the target keeps `last` and the accepted drafts; rejected rows go. The
     //    drafter drops whatever it cached beyond the new history.
     const size_t n = static_cast<size_t>(acc.n_accepted);
     target_.truncate(history.size() + n);
-    StepResult out;
     out.tokens.assign(drafted.begin(), drafted.begin() + static_cast<long>(n));
     out.provenance.assign(n, Provenance::Draft);
     out.tokens.push_back(acc.token);
@@ -113,7 +116,9 @@ SpecEngine::StepResult SpecEngine::speculative_step(std::vector<Token>& history,
     if (drafter_) drafter_->rollback(history);
 
     // 5. Emit (the caller streams `out`); record what speculation did.
-    stats.record_step(static_cast<int>(drafted.size()), acc.n_accepted);
+    stats.record_step(out.drafted, acc.n_accepted);
+    stats.draft_seconds += out.draft_seconds;
+    stats.verify_seconds += out.verify_seconds;
     stats.other_seconds += seconds_since(t0);
     return out;
 }
@@ -136,13 +141,18 @@ GenerateResult SpecEngine::generate(const GenerateRequest& request, const ChunkC
 
     result.finish_reason = "length";
     const int n_ctx = target_.n_ctx();
+    if (request.adaptive) controller_.reset_acceptance();
     while (stats.n_tokens < request.max_tokens) {
         if (static_cast<int>(history.size()) >= n_ctx) break;  // context full
-        // k is bounded by the room left in the context and the tokens still wanted.
-        const int k = std::max(0, std::min({request.draft_max, n_ctx - static_cast<int>(history.size()),
+        // k: the controller's choice (or the fixed draft_max), bounded by the room left in the
+        // context and by the tokens still wanted.
+        const int wanted = request.adaptive ? std::min(controller_.choose(), request.draft_max) : request.draft_max;
+        const int k = std::max(0, std::min({wanted, n_ctx - static_cast<int>(history.size()),
                                             request.max_tokens - stats.n_tokens - 1}));
         stats.draft_max = k;
         StepResult step = speculative_step(history, k, request.sampling, rng, stats);
+        const int n_accepted = static_cast<int>(step.tokens.size()) - 1;  // + 1 target token
+        controller_.observe(step.drafted, n_accepted, step.draft_seconds, step.verify_seconds);
 
         // Cut at end-of-generation (not emitted) and at max_tokens.
         bool finished = false;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "controller.h"
 #include "drafter.h"
 #include "llama_backend.h"
 #include "sampling.h"
@@ -27,6 +28,8 @@ struct EngineOptions {
     bool draft_sampling = true;  // model drafter samples from q at temperature > 0
     int ngram_min = 2;
     int ngram_max = 4;
+    float draft_p_min = 0.4f;  // model drafter stops when its top probability falls below this
+    int controller_k_max = 12;  // the longest draft the adaptive controller may choose
     bool verbose = false;
 };
 
@@ -34,7 +37,8 @@ struct GenerateRequest {
     std::vector<Token> prompt;
     SamplingParams sampling;
     int max_tokens = 256;
-    int draft_max = 5;  // fixed k for now; 0 = plain decoding
+    int draft_max = 5;     // the longest draft per step; 0 = plain decoding
+    bool adaptive = true;  // let the controller pick k in [0, draft_max] each step
     bool ignore_eos = false;
     std::vector<std::string> stop;
 };
@@ -75,6 +79,8 @@ private:
     struct StepResult {
         std::vector<Token> tokens;
         std::vector<Provenance> provenance;
+        int drafted = 0;
+        double draft_seconds = 0, verify_seconds = 0;
     };
     StepResult speculative_step(std::vector<Token>& history, int k, const SamplingParams& params,
                                 Rng& rng, GenerationStats& stats);
@@ -83,6 +89,7 @@ private:
     std::shared_ptr<Model> target_model_;
     Context target_;
     std::unique_ptr<Drafter> drafter_;
+    DraftController controller_;  // survives generations: costs are learned once
 };
 
 }  // namespace localspec

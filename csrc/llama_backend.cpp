@@ -101,6 +101,7 @@ Model::Model(const ModelOptions& options) : impl_(std::make_unique<Impl>()), pat
     check_gguf_file(path_);
     llama_model_params params = llama_model_default_params();
     params.n_gpu_layers = options.n_gpu_layers;
+    params.vocab_only = options.vocab_only;
     take_last_error();
     impl_->model = llama_model_load_from_file(path_.c_str(), params);
     if (!impl_->model) {
@@ -287,6 +288,30 @@ size_t Context::sync(const std::vector<Token>& tokens, int n_logits) {
     return rest.size();
 }
 
+// ---- devices ------------------------------------------------------------------------------
+
+std::vector<DeviceInfo> list_devices() {
+    std::vector<DeviceInfo> out;
+    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+        ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+        DeviceInfo info;
+        info.name = ggml_backend_dev_name(dev);
+        info.description = ggml_backend_dev_description(dev);
+        switch (ggml_backend_dev_type(dev)) {
+            case GGML_BACKEND_DEVICE_TYPE_CPU: info.kind = "cpu"; break;
+            case GGML_BACKEND_DEVICE_TYPE_GPU: info.kind = "gpu"; break;
+            case GGML_BACKEND_DEVICE_TYPE_IGPU: info.kind = "igpu"; break;
+            default: info.kind = "accel"; break;
+        }
+        size_t free = 0, total = 0;
+        ggml_backend_dev_memory(dev, &free, &total);
+        info.free_bytes = free;
+        info.total_bytes = total;
+        out.push_back(std::move(info));
+    }
+    return out;
+}
+
 // ---- quantization -----------------------------------------------------------------------
 
 void quantize_model(const std::string& in_path, const std::string& out_path,
@@ -322,27 +347,42 @@ void quantize_model(const std::string& in_path, const std::string& out_path,
 
 // ---- vocabulary compatibility ---------------------------------------------------------------
 
-void check_vocab_compatible(const Model& target, const Model& draft) {
-    // Padding rows (unused tokens at the end) may differ, as between Qwen2.5 sizes.
+VocabComparison compare_vocab(const Model& target, const Model& draft) {
     constexpr int kMaxSizeDifference = 128;
-    const VocabInfo t = target.vocab();
-    const VocabInfo d = draft.vocab();
-    auto fail = [&](const std::string& what) {
-        throw UserError(ErrorKind::VocabMismatch,
-                        "the draft '" + draft.path() + "' cannot draft for the target '" + target.path() +
-                            "': " + what + "; use a draft from the same model family, or --draft ngram.");
-    };
-    const int common = std::min(t.n_tokens, d.n_tokens);
+    VocabComparison out;
+    out.target = target.vocab();
+    out.draft = draft.vocab();
+    const int common = std::min(out.target.n_tokens, out.draft.n_tokens);
     for (int id = 0; id < common; ++id) {
-        const std::string tt = target.token_text(id), dt = draft.token_text(id);
-        if (tt != dt) fail("token " + std::to_string(id) + " is '" + tt + "' in the target but '" + dt + "' in the draft");
+        std::string tt = target.token_text(id), dt = draft.token_text(id);
+        if (tt != dt) {
+            out.first_difference = id;
+            out.target_text = std::move(tt);
+            out.draft_text = std::move(dt);
+            break;
+        }
     }
-    if (t.type != d.type) fail("their tokenizer types differ");
-    if (std::abs(t.n_tokens - d.n_tokens) > kMaxSizeDifference) {
-        fail("the target has " + std::to_string(t.n_tokens) + " tokens and the draft " +
-             std::to_string(d.n_tokens));
+    if (out.first_difference >= 0) {
+        out.problem = "token " + std::to_string(out.first_difference) + " is '" + out.target_text +
+                      "' in the target but '" + out.draft_text + "' in the draft";
+    } else if (out.target.type != out.draft.type) {
+        out.problem = "their tokenizer types differ";
+    } else if (std::abs(out.target.n_tokens - out.draft.n_tokens) > kMaxSizeDifference) {
+        out.problem = "the target has " + std::to_string(out.target.n_tokens) + " tokens and the draft " +
+                      std::to_string(out.draft.n_tokens);
+    } else if (out.target.bos != out.draft.bos || out.target.eos != out.draft.eos) {
+        out.problem = "their BOS/EOS tokens differ";
     }
-    if (t.bos != d.bos || t.eos != d.eos) fail("their BOS/EOS tokens differ");
+    return out;
+}
+
+void check_vocab_compatible(const Model& target, const Model& draft) {
+    const VocabComparison cmp = compare_vocab(target, draft);
+    if (!cmp.problem.empty()) {
+        throw UserError(ErrorKind::VocabMismatch, "the draft '" + draft.path() + "' cannot draft for the target '" +
+                                                      target.path() + "': " + cmp.problem +
+                                                      "; use a draft from the same model family, or --draft ngram.");
+    }
 }
 
 }  // namespace localspec

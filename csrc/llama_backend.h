@@ -19,6 +19,7 @@ void backend_init(bool verbose);
 struct ModelOptions {
     std::string path;
     int n_gpu_layers = -1;  // -1: as many as the backend can hold (all); 0: CPU only
+    bool vocab_only = false;  // metadata and vocabulary only (no weights)
 };
 
 struct VocabInfo {
@@ -95,12 +96,29 @@ private:
     int n_logits_ = 0;
 };
 
+// A compute device as ggml's backend registry reports it (the memory planner's input).
+struct DeviceInfo {
+    std::string name, description;
+    std::string kind;  // "cpu", "gpu", "igpu" or "accel"
+    uint64_t free_bytes = 0, total_bytes = 0;
+};
+std::vector<DeviceInfo> list_devices();
+
 // Quantize a GGUF (llama.cpp's quantize API). type: "Q4_K_M", "Q8_0", "F16", ...
 void quantize_model(const std::string& in_path, const std::string& out_path,
                     const std::string& type, int n_threads);
 
-// Check that a draft model can propose tokens for a target: same vocabulary type, texts of
-// every common token, BOS/EOS; sizes may differ by a little padding. Throws UserError.
+struct VocabComparison {
+    VocabInfo target, draft;
+    int first_difference = -1;  // first token id whose text differs; -1 if none
+    std::string target_text, draft_text;  // the texts at first_difference
+    std::string problem;  // "" when the draft can draft for the target
+};
+
+// Can `draft` propose tokens for `target`? Same vocabulary type, the same text for every
+// common token, same BOS/EOS; sizes may differ by a little padding (as between Qwen sizes).
+VocabComparison compare_vocab(const Model& target, const Model& draft);
+// Throws UserError(VocabMismatch) naming the problem when compare_vocab finds one.
 void check_vocab_compatible(const Model& target, const Model& draft);
 
 }  // namespace localspec

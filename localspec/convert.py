@@ -7,8 +7,8 @@ from typing import Any
 from localspec import _core
 from localspec.types import GenerationParams, GenerationStats
 
-# Until the adaptive controller lands (issue: speed), "auto" means this fixed draft length.
-AUTO_DRAFT_MAX = 5
+# With draft_max="auto" the controller picks k per step, up to this length.
+AUTO_DRAFT_MAX = 12
 
 
 def params_to_core(params: GenerationParams, prompt: list[int]) -> _core.GenerateRequest:
@@ -23,8 +23,10 @@ def params_to_core(params: GenerationParams, prompt: list[int]) -> _core.Generat
         seed=params.seed or 0,
     )
     request.max_tokens = params.max_tokens
-    draft_max = AUTO_DRAFT_MAX if params.draft_max == "auto" else int(params.draft_max)
+    auto = params.draft_max == "auto"
+    draft_max = AUTO_DRAFT_MAX if auto else int(params.draft_max)
     request.draft_max = draft_max if params.speculative else 0
+    request.adaptive = auto
     request.ignore_eos = params.ignore_eos
     request.stop = list(params.stop)
     return request

@@ -113,16 +113,27 @@ class Engine:
         n_ctx: int = 4096,
         n_threads: int | None = None,
         n_gpu_layers: int = -1,
+        n_gpu_layers_draft: int | None = None,
+        draft_sampling: bool = True,
+        draft_p_min: float = 0.4,
         max_queue: int = 64,
         verbose: bool = False,
     ) -> Engine:
-        """Load a target GGUF and a drafter (a GGUF path, ``"ngram"`` or ``"none"``)."""
+        """Load a target GGUF and a drafter (a GGUF path, ``"ngram"`` or ``"none"``).
+
+        ``n_gpu_layers``: target layers to offload (-1: all); ``draft_sampling``: a draft model
+        samples its tokens from q at temperature > 0 (else drafts greedily); ``draft_p_min``:
+        a draft model stops drafting when its most likely token is below this probability.
+        """
         options = LoadOptions(
             target=str(target),
             draft=str(draft),
             n_ctx=n_ctx,
             n_threads=n_threads,
             n_gpu_layers=n_gpu_layers,
+            n_gpu_layers_draft=n_gpu_layers_draft,
+            draft_sampling=draft_sampling,
+            draft_p_min=draft_p_min,
             verbose=verbose,
         )
         core, info = open_core(options)

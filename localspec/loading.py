@@ -22,11 +22,12 @@ class LoadOptions:
     n_threads: int | None = None
     n_gpu_layers: int = -1
     n_gpu_layers_draft: int | None = None  # None: same as n_gpu_layers
-    draft_sampling: bool = True
+    draft_sampling: bool = True  # a draft model samples from q at temperature > 0
+    draft_p_min: float = 0.4  # a draft model stops drafting below this top probability
     verbose: bool = False
 
 
-def _check_model_path(path: str, role: str) -> None:
+def check_model_path(path: str, role: str) -> None:
     """Catch missing, non-GGUF and truncated files with a precise sentence before llama.cpp."""
     p = Path(path)
     if not p.exists():
@@ -41,11 +42,13 @@ def _check_model_path(path: str, role: str) -> None:
 def _check_options(options: LoadOptions) -> None:
     if not isinstance(options.n_ctx, int) or not 16 <= options.n_ctx <= 1 << 22:
         raise InvalidParameterError(f"n_ctx={options.n_ctx!r} is invalid: use 16 to 4194304 tokens.")
+    if not 0.0 <= options.draft_p_min < 1.0:
+        raise InvalidParameterError(f"draft_p_min={options.draft_p_min!r} is invalid: use [0, 1).")
     if options.n_threads is not None and options.n_threads < 1:
         raise InvalidParameterError(f"n_threads={options.n_threads!r} is invalid: use 1 or more.")
-    _check_model_path(options.target, "target")
+    check_model_path(options.target, "target")
     if options.draft not in DRAFTER_KEYWORDS:
-        _check_model_path(options.draft, "draft")
+        check_model_path(options.draft, "draft")
 
 
 def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:
@@ -61,6 +64,7 @@ def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:
         options.n_gpu_layers if options.n_gpu_layers_draft is None else options.n_gpu_layers_draft
     )
     core_options.draft_sampling = options.draft_sampling
+    core_options.draft_p_min = options.draft_p_min
     core_options.verbose = options.verbose
     core = _core.Core(core_options)
     return core, _engine_info(core, options)

@@ -27,7 +27,7 @@ class GenerationParams:
     min_p: float = 0.05
     seed: int | None = None  # None: a fresh random seed per request
     stop: tuple[str, ...] = ()
-    draft_max: DraftMax = 5  # longest draft per step; 0 disables drafting
+    draft_max: DraftMax = "auto"  # longest draft per step ("auto": the controller picks); 0: none
     speculative: bool = True  # False: plain target-only decoding
     ignore_eos: bool = False  # benchmarks generate a fixed number of tokens
 

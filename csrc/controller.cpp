@@ -1,0 +1,92 @@
+#include "controller.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace localspec {
+
+namespace {
+
+constexpr double kDecay = 0.95;        // acceptance memory: ~20 steps
+constexpr double kCostSmoothing = 0.2; // EMA weight of a new cost sample
+constexpr double kPriorAccepted = 1.0, kPriorRejections = 1.0;  // a starts at 0.5
+constexpr int kProbeEvery = 16;        // while plain, try drafting every this many steps
+constexpr int kProbeLength = 2;
+
+double ema(double old, double sample) { return old == 0 ? sample : old + kCostSmoothing * (sample - old); }
+
+}  // namespace
+
+DraftController::DraftController(int k_max)
+    : k_max_(std::max(0, k_max)), verify_(static_cast<size_t>(k_max_) + 2, 0.0) {
+    reset_acceptance();
+}
+
+void DraftController::reset_acceptance() {
+    accepted_ = kPriorAccepted;
+    rejections_ = kPriorRejections;
+    plain_steps_ = 0;
+}
+
+double DraftController::acceptance() const { return accepted_ / (accepted_ + rejections_); }
+
+double DraftController::verify_seconds(int rows) const {
+    // Measured value if any; otherwise interpolate between measured neighbours, or extrapolate
+    // linearly from the two nearest (a pessimistic guess until measured).
+    const int n = static_cast<int>(verify_.size()) - 1;
+    rows = std::clamp(rows, 1, n);
+    if (verify_[static_cast<size_t>(rows)] > 0) return verify_[static_cast<size_t>(rows)];
+    int lo = rows - 1, hi = rows + 1;
+    while (lo >= 1 && verify_[static_cast<size_t>(lo)] == 0) --lo;
+    while (hi <= n && verify_[static_cast<size_t>(hi)] == 0) ++hi;
+    if (lo >= 1 && hi <= n) {
+        const double t = static_cast<double>(rows - lo) / (hi - lo);
+        return verify_[static_cast<size_t>(lo)] * (1 - t) + verify_[static_cast<size_t>(hi)] * t;
+    }
+    if (lo >= 1) {  // extrapolate upwards: each extra row costs at least half a single pass
+        int lo2 = lo - 1;
+        while (lo2 >= 1 && verify_[static_cast<size_t>(lo2)] == 0) --lo2;
+        const double v1 = verify_[1] > 0 ? verify_[1] : verify_[static_cast<size_t>(lo)] / lo;
+        double slope = 0.5 * v1;
+        if (lo2 >= 1) slope = std::max(slope, (verify_[static_cast<size_t>(lo)] - verify_[static_cast<size_t>(lo2)]) / (lo - lo2));
+        return verify_[static_cast<size_t>(lo)] + slope * (rows - lo);
+    }
+    if (hi <= n) return verify_[static_cast<size_t>(hi)] * rows / hi;
+    return static_cast<double>(rows);  // nothing measured yet: unit cost per row
+}
+
+double DraftController::expected_rate(int k) const {
+    const double a = std::min(acceptance(), 0.999);
+    const double tokens = (1.0 - std::pow(a, k + 1)) / (1.0 - a);
+    const double seconds = k * draft_cost_ + verify_seconds(k + 1);
+    return seconds > 0 ? tokens / seconds : 0.0;
+}
+
+int DraftController::choose() {
+    if (k_max_ == 0) return 0;
+    if (verify_[1] == 0) return 0;  // measure a plain pass first: the baseline everything is compared to
+    int best = 0;
+    double best_rate = expected_rate(0);
+    for (int k = 1; k <= k_max_; ++k) {
+        const double rate = expected_rate(k);
+        if (rate > best_rate) {
+            best = k;
+            best_rate = rate;
+        }
+    }
+    if (best == 0 && ++plain_steps_ % kProbeEvery == 0) return std::min(kProbeLength, k_max_);
+    if (best > 0) plain_steps_ = 0;
+    return best;
+}
+
+void DraftController::observe(int k, int n_accepted, double draft_seconds, double verify_seconds) {
+    if (k > 0) {
+        accepted_ = accepted_ * kDecay + n_accepted;
+        rejections_ = rejections_ * kDecay + (n_accepted < k ? 1 : 0);
+        draft_cost_ = ema(draft_cost_, draft_seconds / k);
+    }
+    const size_t rows = static_cast<size_t>(k) + 1;
+    if (rows < verify_.size()) verify_[rows] = ema(verify_[rows], verify_seconds);
+}
+
+}  // namespace localspec

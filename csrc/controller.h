@@ -1,0 +1,41 @@
+// The draft-length controller (DESIGN.md §4): learns, online, what a drafted token costs,
+// what verifying j tokens costs and how often drafts are accepted, and picks the k that
+// maximises expected tokens per second, including k = 0 (plain decoding) when drafting loses.
+//
+// With per-token acceptance a, a step that drafts k tokens emits on average
+//     E(k) = (1 - a^(k+1)) / (1 - a)      tokens (accepted prefix + correction/bonus)
+// and costs T(k) = k * c + V(k + 1) seconds (c: draft seconds per token, V(j): seconds for a
+// target pass over j rows). The controller maximises E(k) / T(k); plain decoding is E(0)/V(1).
+#pragma once
+
+#include <vector>
+
+namespace localspec {
+
+class DraftController {
+public:
+    explicit DraftController(int k_max);
+
+    int k_max() const { return k_max_; }
+    // Draft length for the next step.
+    int choose();
+    // What the step did: drafted k tokens (k may be below the choice when the drafter had
+    // fewer to offer), accepted n of them, and how long drafting and verification took.
+    void observe(int k, int n_accepted, double draft_seconds, double verify_seconds);
+    // A new generation: acceptance is prompt-specific, costs are not.
+    void reset_acceptance();
+
+    double acceptance() const;            // current estimate of a
+    double verify_seconds(int rows) const;  // estimate of V(rows)
+    double draft_seconds_per_token() const { return draft_cost_; }
+    double expected_rate(int k) const;    // E(k) / T(k), tokens per second
+
+private:
+    int k_max_;
+    double accepted_ = 0, rejections_ = 0;  // decayed counts: a = accepted / (accepted + rejections)
+    std::vector<double> verify_;            // [j]: EMA of V(j); 0 = not measured
+    double draft_cost_ = 0;                 // EMA of draft seconds per drafted token
+    int plain_steps_ = 0;                   // consecutive k = 0 choices (to schedule probes)
+};
+
+}  // namespace localspec

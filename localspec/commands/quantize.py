@@ -1,0 +1,43 @@
+"""`localspec quantize`: make a low-bit copy of a GGUF (e.g. a self-draft) with llama.cpp."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from localspec import _core
+from localspec.errors import InvalidParameterError
+from localspec.loading import check_model_path
+
+TYPES = ("Q4_K_M", "Q4_K_S", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "Q3_K_M", "Q2_K", "F16", "BF16", "F32")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "quantize",
+        help="quantize a GGUF (re-quantization allowed)",
+        description="Write OUT as a copy of IN quantized to --type, through llama.cpp's quantize API.",
+    )
+    parser.add_argument("input", help="source GGUF")
+    parser.add_argument("output", help="destination GGUF")
+    parser.add_argument("--type", required=True, choices=TYPES, help="target quantization")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.set_defaults(func=run)
+
+
+def quantize(input_path: str | Path, output_path: str | Path, type_name: str, threads: int = 0) -> Path:
+    check_model_path(str(input_path), "input")
+    out = Path(output_path)
+    if out.resolve() == Path(input_path).resolve():
+        raise InvalidParameterError("the output must be a different file from the input.")
+    if not out.parent.is_dir():
+        raise InvalidParameterError(f"the output directory {out.parent} does not exist.")
+    _core.quantize(str(input_path), str(out), type_name, threads)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    out = quantize(args.input, args.output, args.type, args.threads)
+    print(f"wrote {out} ({out.stat().st_size / 2**20:.1f} MiB, {args.type})")
+    return 0
