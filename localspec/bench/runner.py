@@ -1,0 +1,64 @@
+"""Running the two arms of a benchmark: plain decoding and speculation, same prompts and lengths.
+
+Order matters on a shared machine: after a warm-up, each prompt runs plain then speculative,
+and the order flips on every repeat, so slow drifts (thermal, other processes) hit both arms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from localspec.engine import Engine
+from localspec.prompts import Prompt
+from localspec.types import GenerationParams, GenerationStats
+
+
+@dataclass
+class PromptRun:
+    """All repeats of one prompt in both arms."""
+
+    prompt: Prompt
+    plain: list[GenerationStats] = field(default_factory=list)
+    speculative: list[GenerationStats] = field(default_factory=list)
+    identical: bool = True  # speculative tokens == plain tokens in every repeat (greedy)
+
+
+Progress = Callable[[int, int], None]  # (done, total)
+
+
+def run_comparison(
+    engine: Engine,
+    prompts: Sequence[Prompt],
+    params: GenerationParams,
+    *,
+    repeat: int = 1,
+    progress: Progress | None = None,
+) -> list[PromptRun]:
+    """Generate exactly `params.max_tokens` tokens per run (end-of-generation is ignored)."""
+    fixed = replace(params, ignore_eos=True, seed=params.seed if params.seed is not None else 0)
+    plain = replace(fixed, speculative=False)
+    warm = replace(fixed, max_tokens=min(8, fixed.max_tokens))
+    if prompts:
+        engine.generate(prompts[0].text, replace(warm, speculative=False))
+        engine.generate(prompts[0].text, warm)
+    runs: list[PromptRun] = []
+    total, done = len(prompts) * repeat, 0
+    for prompt in prompts:
+        run = PromptRun(prompt)
+        for r in range(repeat):
+            arms = [("plain", plain), ("speculative", fixed)]
+            if r % 2:
+                arms.reverse()
+            outputs = {}
+            for name, arm_params in arms:
+                result = engine.generate(prompt.text, arm_params)
+                getattr(run, name).append(result.stats)
+                outputs[name] = result.tokens
+            if params.temperature == 0 and outputs["plain"] != outputs["speculative"]:
+                run.identical = False
+            done += 1
+            if progress:
+                progress(done, total)
+        runs.append(run)
+    return runs
