@@ -22,6 +22,9 @@ BUILTIN_COMMANDS = (
     "localspec.commands.models",
     "localspec.commands.pull",
     "localspec.commands.plan",
+    "localspec.commands.check",
+    "localspec.commands.quantize",
+    "localspec.commands.bench",
 )
 
 

@@ -31,7 +31,7 @@ class Row:
     draft_seconds: float
     verify_seconds: float
     other_seconds: float
-    identical: bool
+    identical: str  # "yes", "tie" (differs only at numerical ties) or "NO"
 
 
 @dataclass
@@ -75,8 +75,13 @@ def _row(label: str, runs: Sequence[PromptRun], median: bool) -> Row:
         draft_seconds=sum(s.draft_seconds for s in spec),
         verify_seconds=sum(s.verify_seconds for s in spec),
         other_seconds=sum(s.other_seconds for s in spec),
-        identical=all(r.identical for r in runs),
+        identical=_verdict(runs),
     )
+
+
+def _verdict(runs: Sequence[PromptRun]) -> str:
+    verdicts = {r.verdict for r in runs}
+    return "NO" if "NO" in verdicts else "tie" if "tie" in verdicts else "yes"
 
 
 def summarize(runs: Sequence[PromptRun]) -> Report:

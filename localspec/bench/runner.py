@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from localspec.engine import Engine
 from localspec.prompts import Prompt
 from localspec.types import GenerationParams, GenerationStats
@@ -22,9 +24,29 @@ class PromptRun:
     plain: list[GenerationStats] = field(default_factory=list)
     speculative: list[GenerationStats] = field(default_factory=list)
     identical: bool = True  # speculative tokens == plain tokens in every repeat (greedy)
+    # Where they differed: the target's top-2 logit gap at the first differing position
+    # (a gap within TIE_TOLERANCE is a numerical tie between batched and single-row passes).
+    divergence_gaps: list[float] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        """"yes" (identical), "tie" (differs only at numerical ties) or "NO"."""
+        if self.identical:
+            return "yes"
+        return "tie" if all(g <= TIE_TOLERANCE for g in self.divergence_gaps) else "NO"
 
 
 Progress = Callable[[int, int], None]  # (done, total)
+TIE_TOLERANCE = 0.02  # logits; quantized CPU matmuls differ by ~1e-3 between batch shapes
+
+
+def divergence_gap(engine: Engine, prompt: str, expected: list[int], actual: list[int]) -> float:
+    """Top-2 logit gap of the target where `actual` first departs from `expected`."""
+    j = next((i for i, (a, b) in enumerate(zip(expected, actual)) if a != b), None)
+    if j is None:
+        return 0.0
+    top2 = np.sort(engine.next_token_logits(engine.tokenize(prompt) + expected[:j]))[-2:]
+    return float(top2[1] - top2[0])
 
 
 def run_comparison(
@@ -57,6 +79,9 @@ def run_comparison(
                 outputs[name] = result.tokens
             if params.temperature == 0 and outputs["plain"] != outputs["speculative"]:
                 run.identical = False
+                run.divergence_gaps.append(
+                    divergence_gap(engine, prompt.text, outputs["plain"], outputs["speculative"])
+                )
             done += 1
             if progress:
                 progress(done, total)

@@ -18,7 +18,7 @@ def _cells(row: Row) -> list[str]:
         row.label, f"{row.plain_tps:.1f}", f"{row.speculative_tps:.1f}", f"{row.speedup:.2f}x",
         str(row.drafted), str(row.accepted), str(row.rejected), f"{row.acceptance_rate:.0%}",
         f"{row.mean_accepted_length:.2f}", f"{row.draft_seconds:.2f}", f"{row.verify_seconds:.2f}",
-        f"{row.other_seconds:.2f}", "yes" if row.identical else "NO",
+        f"{row.other_seconds:.2f}", row.identical,
     ]
 
 

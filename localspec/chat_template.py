@@ -1,0 +1,132 @@
+"""Chat templates: render a GGUF ``tokenizer.chat_template`` the way transformers does.
+
+The template is Jinja2 run in a sandbox with ``trim_blocks`` and ``lstrip_blocks``, the
+``loopcontrols`` extension, a ``tojson`` filter that keeps non-ASCII text, and the globals
+``raise_exception`` and ``strftime_now`` that Hugging Face templates call. A model without a
+template gets ChatML (``<|im_start|>role ... <|im_end|>``).
+
+``fit_history`` trims a conversation to a token budget by dropping the oldest non-system turns;
+the server does not trim (a prompt over the context is an error there), the chat UI does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from localspec.errors import LocalspecError
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+class ChatTemplateError(LocalspecError):
+    """The chat template refused the conversation or is not valid Jinja2."""
+
+
+def _raise_exception(message: str) -> None:
+    raise ChatTemplateError(f"The model's chat template refused the conversation: {message}")
+
+
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _strftime_now(format: str) -> str:  # noqa: A002 - the name templates use
+    return datetime.now().strftime(format)
+
+
+@lru_cache(maxsize=8)
+def _compile(template: str) -> jinja2.Template:
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    try:
+        return env.from_string(template)
+    except jinja2.TemplateError as error:
+        raise ChatTemplateError(f"The chat template is not valid Jinja2: {error}") from error
+
+
+def render_chat(
+    template: str,
+    messages: list[dict],
+    *,
+    bos_token: str,
+    eos_token: str,
+    add_generation_prompt: bool = True,
+) -> str:
+    """Render ``messages`` (dicts with ``role`` and ``content``) into one prompt string.
+
+    ``template`` may be empty (or None): ChatML is used then. The result already contains the
+    BOS text when the template writes ``bos_token``; tokenize it without adding specials again.
+    """
+    compiled = _compile(template or CHATML_TEMPLATE)
+    try:
+        return compiled.render(
+            messages=messages,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=bos_token,
+            eos_token=eos_token,
+        )
+    except ChatTemplateError:
+        raise
+    except jinja2.TemplateError as error:
+        raise ChatTemplateError(f"The chat template failed to render: {error}") from error
+
+
+def fit_history(
+    messages: Sequence[dict],
+    count_tokens: Callable[[list[dict]], int],
+    budget: int,
+) -> tuple[list[dict], int]:
+    """Drop the oldest non-system messages until ``count_tokens(messages) <= budget``.
+
+    ``count_tokens`` receives a candidate message list and returns the token count of its
+    rendered prompt (so template overhead counts). System messages and the last message are
+    never dropped; after a drop, leading non-user messages (an orphaned assistant reply or tool
+    result) are dropped too, so the kept history starts with a user turn. Returns the kept
+    messages and how many were dropped; the result may still exceed the budget when only the
+    system messages and the last message remain (the caller decides what to do then).
+    """
+    kept = list(messages)
+    dropped = 0
+    while count_tokens(kept) > budget:
+        index = _oldest_droppable(kept)
+        if index is None:
+            break
+        del kept[index]
+        dropped += 1
+        while (index := _oldest_droppable(kept)) is not None and kept[index].get("role") != "user":
+            del kept[index]
+            dropped += 1
+    return kept, dropped
+
+
+def _oldest_droppable(messages: list[dict]) -> int | None:
+    """Index of the first non-system message that is not the last message, if any."""
+    for index, message in enumerate(messages[:-1]):
+        if message.get("role") != "system":
+            return index
+    return None

@@ -1,0 +1,128 @@
+"""Prometheus metrics of one server app, in a per-app ``CollectorRegistry``.
+
+Names (all prefixed ``localspec_``):
+- ``http_requests_total{endpoint,status}``: answered HTTP requests (streams count when they start).
+- ``generations_total{endpoint,finish_reason}``: finished generations (``cancelled`` included).
+- ``prompt_tokens_total``, ``generated_tokens_total``: tokens in and out.
+- ``drafted_tokens_total``, ``accepted_tokens_total``, ``rejected_tokens_total``.
+- ``target_passes_total``: target verification passes during generation.
+- ``acceptance_rate``: accepted / drafted over the server's lifetime.
+- ``mean_accepted_length``: generated tokens / target passes over the server's lifetime.
+- ``time_per_output_token_seconds``: histogram, one observation per generation
+  (generation seconds / generated tokens; prefill excluded).
+- ``time_to_first_token_seconds``: histogram, one observation per generation.
+- ``queue_depth``: requests submitted to the engine and not yet finished.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from prometheus_client import CONTENT_TYPE_LATEST as PROMETHEUS_CONTENT_TYPE
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from localspec.types import GenerationStats
+
+__all__ = ["PROMETHEUS_CONTENT_TYPE", "ServerMetrics"]
+
+TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class ServerMetrics:
+    """All counters of one app. Thread-safe: generations are recorded on reader threads."""
+
+    def __init__(self, queue_depth: Callable[[], int]) -> None:
+        self._totals = _Totals()
+        self.registry = CollectorRegistry(auto_describe=True)
+        reg = self.registry
+        self.http_requests = Counter(
+            "localspec_http_requests", "Answered HTTP requests.", ["endpoint", "status"],
+            registry=reg,
+        )
+        self.generations = Counter(
+            "localspec_generations", "Finished generations.", ["endpoint", "finish_reason"],
+            registry=reg,
+        )
+        self.prompt_tokens = Counter(
+            "localspec_prompt_tokens", "Prompt tokens processed.", registry=reg
+        )
+        self.generated_tokens = Counter(
+            "localspec_generated_tokens", "Tokens generated.", registry=reg
+        )
+        self.drafted = Counter("localspec_drafted_tokens", "Tokens drafted.", registry=reg)
+        self.accepted = Counter(
+            "localspec_accepted_tokens", "Drafted tokens accepted by the target.", registry=reg
+        )
+        self.rejected = Counter(
+            "localspec_rejected_tokens", "Drafted tokens rejected by the target.", registry=reg
+        )
+        self.target_passes = Counter(
+            "localspec_target_passes", "Target verification passes.", registry=reg
+        )
+        self.time_per_token = Histogram(
+            "localspec_time_per_output_token_seconds",
+            "Generation time per generated token, one observation per generation.",
+            buckets=TPOT_BUCKETS, registry=reg,
+        )
+        self.time_to_first_token = Histogram(
+            "localspec_time_to_first_token_seconds",
+            "Time to first token (prefill included), one observation per generation.",
+            buckets=TTFT_BUCKETS, registry=reg,
+        )
+        self._gauge("localspec_queue_depth", "Requests waiting or running.", queue_depth)
+        self._gauge(
+            "localspec_acceptance_rate", "Accepted / drafted tokens since start.",
+            lambda: self._totals.ratio("accepted", "drafted"),
+        )
+        self._gauge(
+            "localspec_mean_accepted_length", "Generated tokens per target pass since start.",
+            lambda: self._totals.ratio("generated", "passes"),
+        )
+
+    def _gauge(self, name: str, doc: str, read: Callable[[], float]) -> None:
+        Gauge(name, doc, registry=self.registry).set_function(read)
+
+    def record_request(self, endpoint: str, status: int) -> None:
+        self.http_requests.labels(endpoint=endpoint, status=str(status)).inc()
+
+    def record_generation(self, endpoint: str, finish_reason: str, stats: GenerationStats) -> None:
+        self.generations.labels(endpoint=endpoint, finish_reason=finish_reason).inc()
+        self.prompt_tokens.inc(stats.prompt_tokens)
+        self.generated_tokens.inc(stats.n_tokens)
+        self.drafted.inc(stats.drafted)
+        self.accepted.inc(stats.accepted)
+        self.rejected.inc(stats.rejected)
+        self.target_passes.inc(stats.target_passes)
+        self._totals.add(stats)
+        if stats.n_tokens > 0:
+            self.time_per_token.observe(stats.generation_seconds / stats.n_tokens)
+            self.time_to_first_token.observe(stats.time_to_first_token)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+@dataclass
+class _Totals:
+    """Lifetime sums behind the ratio gauges (prometheus counters have no public read)."""
+
+    drafted: int = 0
+    accepted: int = 0
+    generated: int = 0
+    passes: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, stats: GenerationStats) -> None:
+        with self.lock:
+            self.drafted += stats.drafted
+            self.accepted += stats.accepted
+            self.generated += stats.n_tokens
+            self.passes += stats.target_passes
+
+    def ratio(self, numerator: str, denominator: str) -> float:
+        with self.lock:
+            bottom = getattr(self, denominator)
+            return getattr(self, numerator) / bottom if bottom else 0.0

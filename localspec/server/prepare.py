@@ -1,0 +1,99 @@
+"""Turn a validated request into prompt tokens and GenerationParams for the engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from localspec.chat_template import render_chat
+from localspec.engine import Engine
+from localspec.errors import InvalidParameterError, PromptTooLongError
+from localspec.server.schemas import ChatCompletionRequest, CompletionRequest, SamplingRequest
+from localspec.types import GenerationParams
+
+# Request fields copied onto GenerationParams when the client sets them.
+_SAMPLING_FIELDS = (
+    "temperature", "top_p", "top_k", "min_p", "seed", "draft_max", "speculative", "ignore_eos",
+)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    tokens: list[int]
+    params: GenerationParams
+    provenance: bool
+
+
+class Preparer:
+    """Knows the model's template, specials and context; safe to call from worker threads."""
+
+    def __init__(
+        self, engine: Engine, chat_template: str | None, defaults: GenerationParams
+    ) -> None:
+        self._engine = engine
+        self._template = chat_template if chat_template is not None else engine.info.chat_template
+        self._defaults = defaults
+        self._bos_prefix = _special_prefix(engine)
+
+    def chat(self, request: ChatCompletionRequest) -> Prepared:
+        request.check_supported()
+        text = self.render(request)
+        tokens = self._engine.tokenize(text, add_special=False, parse_special=True)
+        if self._bos_prefix and tokens[: len(self._bos_prefix)] != self._bos_prefix:
+            tokens = self._bos_prefix + tokens
+        return self._prepared(request, tokens, request.token_limit())
+
+    def render(self, request: ChatCompletionRequest) -> str:
+        messages = [{"role": m.template_role, "content": m.text()} for m in request.messages]
+        info = self._engine.info
+        return render_chat(
+            self._template or "", messages, bos_token=info.bos_text, eos_token=info.eos_text
+        )
+
+    def completion(self, request: CompletionRequest) -> Prepared:
+        request.check_supported()
+        prompt = request.prompt_value()
+        tokens = self._engine.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+        if not tokens:
+            raise InvalidParameterError("The prompt is empty; send some text.")
+        n_vocab = self._engine.info.n_vocab
+        if any(not 0 <= t < n_vocab for t in tokens):
+            raise InvalidParameterError(
+                f"prompt=[...] is invalid: token ids must be in [0, {n_vocab})."
+            )
+        return self._prepared(request, tokens, request.token_limit())
+
+    def _prepared(
+        self, request: SamplingRequest, tokens: list[int], max_tokens: int | None
+    ) -> Prepared:
+        n_ctx = self._engine.info.n_ctx
+        room = n_ctx - len(tokens)
+        if room <= 0:
+            raise PromptTooLongError(
+                f"The prompt has {len(tokens)} tokens but the context holds {n_ctx}; "
+                "shorten it or restart the server with a larger --ctx."
+            )
+        params = replace(self._defaults, **_overrides(request))
+        limit = max_tokens if max_tokens is not None else room
+        params = replace(params, max_tokens=min(limit, room), stop=request.stop_strings())
+        params.validate()
+        return Prepared(tokens, params, request.want_provenance)
+
+
+def _overrides(request: SamplingRequest) -> dict[str, Any]:
+    names = {f.name for f in fields(GenerationParams)}
+    out = {}
+    for name in _SAMPLING_FIELDS:
+        value = getattr(request, name)
+        if value is not None and name in names:
+            out[name] = value
+    return out
+
+
+def _special_prefix(engine: Engine) -> list[int]:
+    """The tokens the model adds in front of every prompt (usually just BOS, maybe nothing)."""
+    with_special = engine.tokenize("a", add_special=True, parse_special=False)
+    plain = engine.tokenize("a", add_special=False, parse_special=False)
+    if plain and with_special[-len(plain) :] == plain:
+        return with_special[: len(with_special) - len(plain)]
+    return with_special[:1] if len(with_special) > len(plain) else []

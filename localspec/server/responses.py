@@ -1,0 +1,114 @@
+"""Response bodies and stream chunks in OpenAI's shapes, plus the ``localspec`` extension."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from localspec.server.schemas import SpeculationStats, TokenProvenance, Usage
+from localspec.types import GenerationResult, GenerationStats, Provenance
+
+Kind = Literal["chat", "completion"]
+
+
+def usage_of(stats: GenerationStats, prompt_tokens: int) -> dict[str, int]:
+    prompt = stats.prompt_tokens or prompt_tokens
+    return Usage(
+        prompt_tokens=prompt, completion_tokens=stats.n_tokens, total_tokens=prompt + stats.n_tokens
+    ).model_dump()
+
+
+def speculation_of(stats: GenerationStats, drafter: str, speculative: bool) -> dict[str, Any]:
+    return SpeculationStats(
+        drafter=drafter,
+        speculative=speculative,
+        drafted=stats.drafted,
+        accepted=stats.accepted,
+        rejected=stats.rejected,
+        acceptance_rate=stats.acceptance_rate,
+        mean_accepted_length=stats.mean_accepted_length,
+        tokens_per_second=stats.tokens_per_second,
+        prefill_tokens_per_second=stats.prefill_tokens_per_second,
+        time_to_first_token=stats.time_to_first_token,
+        generation_seconds=stats.generation_seconds,
+        draft_max=stats.draft_max,
+    ).model_dump(exclude_none=True)
+
+
+def provenance_of(
+    tokens: Sequence[int], sources: Sequence[Provenance], token_text: Callable[[int], str]
+) -> list[dict[str, Any]]:
+    return [
+        TokenProvenance(id=t, text=token_text(t), source=s).model_dump()
+        for t, s in zip(tokens, sources, strict=True)
+    ]
+
+
+def finish_reason_of(reason: str) -> str:
+    return "stop" if reason == "cancelled" else reason
+
+
+@dataclass
+class Shape:
+    """Builds the bodies of one response (one id, one creation time)."""
+
+    kind: Kind
+    model: str
+    id: str = ""
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def __post_init__(self) -> None:
+        prefix = "chatcmpl" if self.kind == "chat" else "cmpl"
+        self.id = self.id or f"{prefix}-{uuid.uuid4().hex}"
+
+    def _envelope(self, stream: bool) -> dict[str, Any]:
+        if self.kind == "chat":
+            obj = "chat.completion.chunk" if stream else "chat.completion"
+        else:
+            obj = "text_completion"
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+
+    def full(
+        self, result: GenerationResult, usage: dict[str, int], extension: dict[str, Any]
+    ) -> dict[str, Any]:
+        choice: dict[str, Any] = {
+            "index": 0,
+            "finish_reason": finish_reason_of(result.finish_reason),
+            "logprobs": None,
+        }
+        if self.kind == "chat":
+            choice["message"] = {"role": "assistant", "content": result.text}
+        else:
+            choice["text"] = result.text
+        body = {**self._envelope(False), "choices": [choice], "usage": usage}
+        return {**body, "localspec": extension}
+
+    def chunk(
+        self,
+        text: str,
+        *,
+        role: bool = False,
+        finish_reason: str | None = None,
+        extension: dict[str, Any] | None = None,
+        with_usage_field: bool = False,
+    ) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason, "logprobs": None}
+        if self.kind == "chat":
+            delta: dict[str, Any] = {"role": "assistant"} if role else {}
+            if text or role:
+                delta["content"] = text
+            choice["delta"] = delta
+        else:
+            choice["text"] = text
+        body = {**self._envelope(True), "choices": [choice]}
+        if with_usage_field:
+            body["usage"] = None
+        if extension is not None:
+            body["localspec"] = extension
+        return body
+
+    def usage_chunk(self, usage: dict[str, int], extension: dict[str, Any]) -> dict[str, Any]:
+        return {**self._envelope(True), "choices": [], "usage": usage, "localspec": extension}

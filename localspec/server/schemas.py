@@ -1,0 +1,244 @@
+"""Request and response bodies of the OpenAI-compatible API (pydantic v2).
+
+Requests forbid unknown fields: a parameter localspec does not implement is a 400 naming it,
+never silently ignored. Fields OpenAI defines that localspec accepts only at their neutral
+value (``n=1``, ``logprobs=false``, zero penalties, ...) are declared and checked in
+``check_supported``. Extensions: ``top_k``, ``min_p``, ``draft_max``, ``speculative`` and the
+``localspec`` options object (see docs/server.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from localspec.errors import InvalidParameterError
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StreamOptions(Strict):
+    include_usage: bool = False
+
+
+class LocalspecOptions(Strict):
+    """The ``localspec`` request extension object."""
+
+    provenance: bool = False  # per-token draft/target provenance in the response
+
+
+class ResponseFormat(Strict):
+    type: str = "text"
+
+
+class TextPart(Strict):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # e.g. "name", "refusal": harmless metadata
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_parts_only(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            for part in value:
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                if kind != "text":
+                    raise ValueError(f"only text content parts are supported, not {kind!r}")
+        return value
+
+    @property
+    def template_role(self) -> str:
+        """OpenAI's ``developer`` role is a system message to a chat template."""
+        return "system" if self.role == "developer" else self.role
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(part.text for part in self.content)
+
+
+class SamplingRequest(Strict):
+    """Fields shared by both completion endpoints."""
+
+    model: str
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    n: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None  # an end-user id; recorded nowhere, accepted for compatibility
+    # extensions
+    top_k: int | None = None
+    min_p: float | None = None
+    draft_max: int | str | None = None  # an int or "auto" (checked with the other values)
+    speculative: bool | None = None
+    ignore_eos: bool | None = None
+    localspec: LocalspecOptions | None = None
+
+    def check_supported(self) -> None:
+        """Raise InvalidParameterError for OpenAI features localspec does not implement."""
+        if self.n not in (None, 1):
+            raise _unsupported("n", "only n=1 is supported; send several requests instead")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(self, name) not in (None, 0, 0.0):
+                raise _unsupported(name, "penalties are not implemented; send 0 or omit it")
+        if self.logit_bias:
+            raise _unsupported("logit_bias", "logit_bias is not implemented")
+        if self.stream_options is not None and not self.stream:
+            raise _unsupported("stream_options", "stream_options is only allowed with stream=true")
+
+    def stop_strings(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+    @property
+    def want_provenance(self) -> bool:
+        return self.localspec is not None and self.localspec.provenance
+
+
+class ChatCompletionRequest(SamplingRequest):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    response_format: ResponseFormat | None = None
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        if self.logprobs:
+            raise _unsupported("logprobs", "logprobs are not implemented")
+        if self.top_logprobs is not None:
+            raise _unsupported("top_logprobs", "logprobs are not implemented")
+        if self.response_format is not None and self.response_format.type != "text":
+            raise _unsupported("response_format", "only the 'text' response format is supported")
+        if (
+            self.max_tokens is not None
+            and self.max_completion_tokens is not None
+            and self.max_tokens != self.max_completion_tokens
+        ):
+            raise _unsupported("max_tokens", "max_tokens and max_completion_tokens disagree")
+
+    def token_limit(self) -> int | None:
+        if self.max_completion_tokens is not None:
+            return self.max_completion_tokens
+        return self.max_tokens
+
+
+class CompletionRequest(SamplingRequest):
+    prompt: str | list[str] | list[int]
+    echo: bool | None = None
+    best_of: int | None = None
+    logprobs: int | None = None
+    suffix: str | None = None
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str):
+            if len(self.prompt) != 1:
+                raise _unsupported("prompt", "only one prompt per request is supported")
+        if isinstance(self.prompt, list) and not self.prompt:
+            raise _unsupported("prompt", "the prompt is empty")
+        if self.echo:
+            raise _unsupported("echo", "echo is not implemented")
+        if self.best_of not in (None, 1):
+            raise _unsupported("best_of", "only best_of=1 is supported")
+        if self.logprobs is not None:
+            raise _unsupported("logprobs", "logprobs are not implemented")
+        if self.suffix:
+            raise _unsupported("suffix", "suffix (fill-in-the-middle) is not implemented")
+
+    def prompt_value(self) -> str | list[int]:
+        if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str):
+            return str(self.prompt[0])
+        return self.prompt  # type: ignore[return-value]
+
+    def token_limit(self) -> int | None:
+        return self.max_tokens
+
+
+def _unsupported(param: str, reason: str) -> InvalidParameterError:
+    error = InvalidParameterError(f"Unsupported value for '{param}': {reason}.")
+    error.param = param  # type: ignore[attr-defined]
+    return error
+
+
+# ---- responses ----------------------------------------------------------------------------
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class TokenProvenance(BaseModel):
+    id: int
+    text: str
+    source: Literal["draft", "target"]
+
+
+class SpeculationStats(BaseModel):
+    """The ``localspec`` extension object on every response and on the final stream chunk."""
+
+    drafter: str
+    speculative: bool
+    drafted: int
+    accepted: int
+    rejected: int
+    acceptance_rate: float
+    mean_accepted_length: float
+    tokens_per_second: float
+    prefill_tokens_per_second: float
+    time_to_first_token: float
+    generation_seconds: float
+    draft_max: int
+    provenance: list[TokenProvenance] | None = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "localspec"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorBody(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    return model.model_dump(exclude_none=True)
