@@ -68,8 +68,9 @@ def run(args: argparse.Namespace) -> int:
                **report.to_dict()}
         print(json.dumps(out))
     else:
-        Console().print(f"target {choice.target} | drafter {choice.drafter} | "
+        console = Console(width=max(Console().width, 132))
+        console.print(f"target {choice.target} | drafter {choice.drafter} | "
                         f"{args.max_tokens} tokens | temperature {args.temperature} | "
                         f"draft {args.draft_max} | {args.repeat} repeat(s)")
-        print_report(report, Console(), per_prompt=args.per_prompt)
-    return 0 if report.overall.identical or args.temperature > 0 else 1
+        print_report(report, console, per_prompt=args.per_prompt)
+    return 0 if report.overall.identical != "NO" or args.temperature > 0 else 1
