@@ -12,6 +12,8 @@ constexpr double kCostSmoothing = 0.2; // EMA weight of a new cost sample
 constexpr double kPriorAccepted = 1.0, kPriorRejections = 1.0;  // a starts at 0.5
 constexpr int kProbeEvery = 16;        // while plain, try drafting every this many steps
 constexpr int kProbeLength = 2;
+constexpr int kExploreEvery = 8;       // try one row beyond the best when that size is unmeasured
+constexpr double kPriorRowCost = 0.5;  // an unmeasured extra row costs half a single pass
 
 double ema(double old, double sample) { return old == 0 ? sample : old + kCostSmoothing * (sample - old); }
 
@@ -43,13 +45,13 @@ double DraftController::verify_seconds(int rows) const {
         const double t = static_cast<double>(rows - lo) / (hi - lo);
         return verify_[static_cast<size_t>(lo)] * (1 - t) + verify_[static_cast<size_t>(hi)] * t;
     }
-    if (lo >= 1) {  // extrapolate upwards: each extra row costs at least half a single pass
+    if (lo >= 1) {  // extrapolate upwards along the measured slope (a prior one if unknown)
         int lo2 = lo - 1;
         while (lo2 >= 1 && verify_[static_cast<size_t>(lo2)] == 0) --lo2;
-        const double v1 = verify_[1] > 0 ? verify_[1] : verify_[static_cast<size_t>(lo)] / lo;
-        double slope = 0.5 * v1;
-        if (lo2 >= 1) slope = std::max(slope, (verify_[static_cast<size_t>(lo)] - verify_[static_cast<size_t>(lo2)]) / (lo - lo2));
-        return verify_[static_cast<size_t>(lo)] + slope * (rows - lo);
+        const double v_lo = verify_[static_cast<size_t>(lo)];
+        const double slope = lo2 >= 1 ? std::max(0.0, (v_lo - verify_[static_cast<size_t>(lo2)]) / (lo - lo2))
+                                      : kPriorRowCost * v_lo / lo;
+        return v_lo + slope * (rows - lo);
     }
     if (hi <= n) return verify_[static_cast<size_t>(hi)] * rows / hi;
     return static_cast<double>(rows);  // nothing measured yet: unit cost per row
@@ -74,8 +76,14 @@ int DraftController::choose() {
             best_rate = rate;
         }
     }
+    ++steps_;
     if (best == 0 && ++plain_steps_ % kProbeEvery == 0) return std::min(kProbeLength, k_max_);
     if (best > 0) plain_steps_ = 0;
+    // Costs of longer batches are extrapolated until measured: look one step further now and
+    // then, so a flat cost curve (a GPU) is discovered rather than assumed away.
+    if (best > 0 && best < k_max_ && verify_[static_cast<size_t>(best) + 2] == 0 && steps_ % kExploreEvery == 0) {
+        return best + 1;
+    }
     return best;
 }
 

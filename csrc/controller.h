@@ -36,6 +36,7 @@ private:
     std::vector<double> verify_;            // [j]: EMA of V(j); 0 = not measured
     double draft_cost_ = 0;                 // EMA of draft seconds per drafted token
     int plain_steps_ = 0;                   // consecutive k = 0 choices (to schedule probes)
+    int steps_ = 0;
 };
 
 }  // namespace localspec

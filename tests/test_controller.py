@@ -1,0 +1,87 @@
+"""The draft-length controller's decisions, driven by a fake cost model (no clocks involved)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from localspec import _core
+
+
+def simulate(controller: _core.DraftController, accept: float, draft_cost: float, verify, steps: int,
+             seed: int = 0, available: int | None = None) -> list[int]:
+    """Run `steps` steps against a made-up machine; return the k chosen at each step.
+
+    verify(rows) gives the seconds of a target pass; each drafted token costs draft_cost;
+    each drafted token is accepted with probability `accept` until the first rejection.
+    """
+    rng = np.random.default_rng(seed)
+    chosen = []
+    for _ in range(steps):
+        k = controller.choose()
+        chosen.append(k)
+        k_used = min(k, available) if available is not None else k
+        n = 0
+        while n < k_used and rng.random() < accept:
+            n += 1
+        controller.observe(k_used, n, draft_cost * k_used, verify(k_used + 1))
+    return chosen
+
+
+def optimum(accept: float, draft_cost: float, verify, k_max: int) -> int:
+    def rate(k: int) -> float:
+        return (1 - accept ** (k + 1)) / (1 - accept) / (k * draft_cost + verify(k + 1))
+    return max(range(k_max + 1), key=rate)
+
+
+def cpu_like(rows: int) -> float:
+    """Verification that grows steeply with rows (large vocabulary on a CPU)."""
+    return 0.017 * (1 + 0.45 * (rows - 1))
+
+
+def gpu_like(rows: int) -> float:
+    """Verification that is almost flat in rows (memory-bound GPU)."""
+    return 0.010 * (1 + 0.03 * (rows - 1))
+
+
+def test_starts_with_a_plain_pass_to_measure_the_baseline() -> None:
+    assert _core.DraftController(8).choose() == 0
+
+
+@pytest.mark.parametrize("verify", [cpu_like, gpu_like])
+@pytest.mark.parametrize("accept", [0.5, 0.8, 0.95])
+def test_converges_to_the_best_draft_length(verify, accept: float) -> None:
+    controller = _core.DraftController(12)
+    chosen = simulate(controller, accept, draft_cost=0.0005, verify=verify, steps=400)
+    best = optimum(accept, 0.0005, verify, 12)
+    settled = chosen[-100:]
+    # Near the optimum the rate curve is flat; allow one step either side.
+    assert abs(int(np.median(settled)) - best) <= 1, (best, settled[-20:])
+
+
+def test_chooses_plain_decoding_when_speculation_loses() -> None:
+    """An expensive draft model that is rarely right: k must go to 0 (and only probe)."""
+    controller = _core.DraftController(8)
+    chosen = simulate(controller, accept=0.2, draft_cost=0.015, verify=cpu_like, steps=300)
+    settled = chosen[-160:]
+    assert settled.count(0) / len(settled) > 0.85
+    assert any(k > 0 for k in settled), "it must keep probing so it can notice a change"
+
+
+def test_notices_when_acceptance_improves() -> None:
+    controller = _core.DraftController(8)
+    simulate(controller, accept=0.1, draft_cost=0.0005, verify=cpu_like, steps=200)
+    later = simulate(controller, accept=0.97, draft_cost=0.0005, verify=cpu_like, steps=300, seed=1)
+    assert np.median(later[-100:]) >= 3
+
+
+def test_acceptance_estimate_and_costs_are_learned() -> None:
+    controller = _core.DraftController(8)
+    simulate(controller, accept=0.7, draft_cost=0.001, verify=gpu_like, steps=500)
+    assert controller.acceptance() == pytest.approx(0.7, abs=0.12)
+    assert controller.verify_seconds(1) == pytest.approx(gpu_like(1), rel=0.05)
+
+
+def test_never_drafts_without_a_drafter() -> None:
+    controller = _core.DraftController(0)
+    assert set(simulate(controller, 0.9, 0.0, gpu_like, 50)) == {0}
