@@ -1,0 +1,98 @@
+"""Live statistics of the reply being generated: rolling tokens/s and per-step acceptance.
+
+Durations come from a *step clock*. The real one reads the engine's own timing
+(``GenerationStats.generation_seconds``, which excludes prompt processing, DESIGN §7). Tests and
+screenshots use :class:`PassCostClock`, a fixed cost per target verification pass: the numbers it
+gives still follow the real speculation (more tokens per pass -> more tokens/s), only the
+wall-clock noise is gone. The status bar marks such numbers as modelled.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from localspec.types import GenerationStats
+
+ROLLING_STEPS = 12  # the rolling tokens/s covers this many speculative steps
+SPARK_POINTS = 240  # per-step history kept for the sparklines
+
+
+class StepClock(Protocol):
+    """Seconds spent by one speculative step, between two running-stats snapshots."""
+
+    modelled: bool
+
+    def step_seconds(self, before: GenerationStats, after: GenerationStats) -> float: ...
+
+
+class EngineClock:
+    """The engine's measured generation time (the honest, default clock)."""
+
+    modelled = False
+
+    def step_seconds(self, before: GenerationStats, after: GenerationStats) -> float:
+        return max(0.0, after.generation_seconds - before.generation_seconds)
+
+
+@dataclass
+class PassCostClock:
+    """Test hook: every target verification pass costs ``seconds_per_pass``."""
+
+    seconds_per_pass: float = 0.02
+    modelled: bool = True
+
+    def step_seconds(self, before: GenerationStats, after: GenerationStats) -> float:
+        passes = max(1, after.target_passes - before.target_passes)
+        return passes * self.seconds_per_pass
+
+
+@dataclass
+class ReplyMetrics:
+    """Folds the running stats of each chunk into what the status bar and sparklines show."""
+
+    clock: StepClock = field(default_factory=EngineClock)
+    stats: GenerationStats = field(default_factory=GenerationStats)
+    steps: int = 0
+    segments: int = 1  # parts of the reply generated with different settings
+    tokens: int = 0
+    total_seconds: float = 0.0
+    rate_history: list[float] = field(default_factory=list)
+    acceptance_history: list[float] = field(default_factory=list)
+    _window: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=ROLLING_STEPS))
+
+    def reset(self) -> None:
+        """Start a new segment (a new reply, or a continuation with other settings)."""
+        self.stats = GenerationStats()
+        self.segments += 1
+
+    def update(self, n_new_tokens: int, after: GenerationStats) -> None:
+        before = self.stats
+        seconds = self.clock.step_seconds(before, after)
+        self.total_seconds += seconds
+        self.steps += 1
+        self.tokens += n_new_tokens
+        self._window.append((n_new_tokens, seconds))
+        self.rate_history.append(self.rolling_tokens_per_second)
+        drafted = after.drafted - before.drafted
+        if drafted > 0:
+            self.acceptance_history.append((after.accepted - before.accepted) / drafted)
+        else:
+            self.acceptance_history.append(0.0)
+        del self.rate_history[:-SPARK_POINTS], self.acceptance_history[:-SPARK_POINTS]
+        self.stats = after
+
+    @property
+    def rolling_tokens_per_second(self) -> float:
+        tokens = sum(n for n, _ in self._window)
+        seconds = sum(s for _, s in self._window)
+        return tokens / seconds if seconds > 0 else 0.0
+
+    @property
+    def average_tokens_per_second(self) -> float:
+        return self.tokens / self.total_seconds if self.total_seconds > 0 else 0.0
+
+    @property
+    def modelled(self) -> bool:
+        return self.clock.modelled

@@ -1,0 +1,48 @@
+"""Short descriptions of what is loaded, for the status bar."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from localspec.types import EngineInfo
+
+KEYWORD_DRAFTERS = ("ngram", "none", "hybrid")
+
+
+def drafter_label(info: EngineInfo) -> str:
+    if info.drafter in KEYWORD_DRAFTERS:
+        return info.drafter
+    return Path(info.drafter).stem
+
+
+def pair_label(info: EngineInfo) -> str:
+    return f"{info.target_name} + {drafter_label(info)}"
+
+
+def memory_summary(info: EngineInfo) -> str:
+    """One line from the memory planner (DESIGN §5), e.g. ``mem CPU 312.4 MiB``.
+
+    Falls back to the files' sizes when the planner cannot read the models.
+    """
+    draft = None if info.drafter in KEYWORD_DRAFTERS else info.drafter
+    try:
+        from localspec.planner import format_bytes, plan_from_files
+
+        plan = plan_from_files(info.target_path, draft, info.n_ctx)
+    except Exception:  # the summary is decoration: never fail the chat over it
+        return _file_sizes(info.target_path, draft)
+    text = f"mem {plan.device.name} {format_bytes(plan.device_bytes)}"
+    if plan.host_bytes:
+        text += f" + host {format_bytes(plan.host_bytes)}"
+    target = plan.target
+    if plan.device.kind != "cpu" and target.layers_on_device < target.n_layer:
+        text += f" ({target.layers_on_device}/{target.n_layer} layers)"
+    return text
+
+
+def _file_sizes(target: str, draft: str | None) -> str:
+    total = 0
+    for path in (target, draft):
+        if path is not None and Path(path).is_file():
+            total += Path(path).stat().st_size
+    return f"weights {total / (1 << 20):.1f} MiB" if total else "mem ?"

@@ -1,0 +1,56 @@
+"""The help screen: keys, slash commands and what the numbers mean."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Markdown
+
+HELP = """\
+# localspec chat
+
+A small **drafter** proposes tokens; the **target** model checks them all in one pass and
+keeps the longest correct prefix. You get exactly the target's answer, faster.
+
+| Key | Action |
+|---|---|
+| Enter | send the message |
+| Esc | stop the reply in progress |
+| F1 | this help |
+| F2 | speculation on / off (live: the reply continues) |
+| F3 | draft length: auto, 1, 2, 3, 4, 5, 6, 8 |
+| F4 | temperature: 0, 0.2, 0.5, 0.8, 1.0 |
+| F5 | provenance colours on / off |
+| Ctrl+N | new chat |
+| Ctrl+Y | copy the last answer |
+| Ctrl+Q | quit |
+
+Commands: `/temp 0.7`, `/k 4`, `/k auto`, `/spec on|off`, `/system TEXT`,
+`/max 256`, `/new`, `/copy`, `/colours`, `/help`, `/quit`.
+
+**Status bar.** *tok/s*: generated tokens per second over the last steps, without prompt
+processing (`tok/s*`: a fixed cost per target pass, used by tests). *accept*: accepted / drafted
+tokens. *τ*: tokens per target pass (1.00 = plain decoding). *k*: the draft length (`auto·4`:
+the controller chose 4 in the last step). *ctx*: tokens in the context.
+
+**Provenance colours.** Green characters came from accepted draft tokens; amber ones the
+target wrote itself (a correction after a rejection, or the bonus token after a fully
+accepted draft). The sparklines show tokens/s and the acceptance of each step of the reply.
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,f1,q", "dismiss", "Close"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help-box"):
+            yield Markdown(HELP)
+
+    def action_dismiss(self, result: None = None) -> None:  # type: ignore[override]
+        self.dismiss(None)

@@ -1,0 +1,76 @@
+"""The user's live generation settings and the slash commands that change them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from localspec.types import DraftMax, GenerationParams
+
+DRAFT_CYCLE: tuple[DraftMax, ...] = ("auto", 1, 2, 3, 4, 5, 6, 8)
+TEMPERATURE_CYCLE: tuple[float, ...] = (0.0, 0.2, 0.5, 0.8, 1.0)
+
+
+@dataclass
+class ChatSettings:
+    """What the next reply is generated with; every field can change between replies."""
+
+    speculative: bool = True
+    draft_max: DraftMax = "auto"
+    temperature: float = 0.8
+    max_tokens: int = 512
+    seed: int | None = None
+    system_prompt: str | None = None
+    base: GenerationParams = field(default_factory=GenerationParams)  # top-k, top-p, min-p, ...
+
+    def params(self) -> GenerationParams:
+        """Generation parameters for the next reply (``base`` supplies the other fields)."""
+        params = replace(
+            self.base,
+            speculative=self.speculative,
+            draft_max=self.draft_max,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            seed=self.seed,
+        )
+        params.validate()
+        return params
+
+    def next_draft_max(self) -> DraftMax:
+        return _next_in(DRAFT_CYCLE, self.draft_max)
+
+    def next_temperature(self) -> float:
+        return float(_next_in(TEMPERATURE_CYCLE, self.temperature))
+
+    def draft_label(self) -> str:
+        return "auto" if self.draft_max == "auto" else str(self.draft_max)
+
+
+def _next_in(cycle: tuple[DraftMax, ...] | tuple[float, ...], value: object) -> DraftMax:
+    values = list(cycle)
+    if value in values:
+        return values[(values.index(value) + 1) % len(values)]  # type: ignore[return-value]
+    return values[0]  # type: ignore[return-value]
+
+
+def parse_draft_max(text: str) -> DraftMax:
+    """``"auto"`` or an integer in [0, 64]; raises ValueError with a readable message."""
+    text = text.strip().lower()
+    if text == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"draft length must be 'auto' or an integer, not {text!r}") from None
+    if not 0 <= value <= 64:
+        raise ValueError(f"draft length must be between 0 and 64, not {value}")
+    return value
+
+
+def parse_temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"temperature must be a number, not {text!r}") from None
+    if not 0.0 <= value <= 100.0:
+        raise ValueError(f"temperature must be between 0 and 100, not {value}")
+    return value
