@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -33,6 +34,30 @@ CHATML_TEMPLATE = (
 
 class ChatTemplateError(LocalspecError):
     """The chat template refused the conversation or is not valid Jinja2."""
+
+
+# Without a template in the GGUF we render ChatML; a model that does not know ChatML has no
+# end-of-turn token for it, so a reply ends on the markers as text.
+CHATML_STOPS = ("<|im_end|>", "<|im_start|>")
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    """How a conversation becomes a prompt, and which strings end the model's reply."""
+
+    template: str
+    stop: tuple[str, ...]
+
+
+def chat_format(gguf_template: str | None, override: str | None = None,
+                stop: Sequence[str] = ()) -> ChatFormat:
+    """The template to use (an override from models.toml or the user, else the GGUF's, else
+    ChatML) and the reply's stop strings (`stop` from models.toml, plus ChatML's markers)."""
+    if override:
+        return ChatFormat(override, tuple(stop))
+    if gguf_template:
+        return ChatFormat(gguf_template, tuple(stop))
+    return ChatFormat(CHATML_TEMPLATE, tuple(dict.fromkeys((*CHATML_STOPS, *stop))))
 
 
 def _raise_exception(message: str) -> None:

@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from localspec.errors import InvalidParameterError
 from localspec.gguf_reader import GGUFInfo, read_gguf
+from localspec.plan_table import GiB as GiB  # re-exported, as are the two size helpers
+from localspec.plan_table import MiB as MiB
+from localspec.plan_table import format_bytes as format_bytes
+from localspec.plan_table import parse_size as parse_size
+from localspec.plan_table import render_plan
 
-MiB = 1 << 20
-GiB = 1 << 30
 # KV cache element types: elements per block, bytes per block (ggml type traits).
 KV_TYPES: dict[str, tuple[int, int]] = {
     "f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18),
@@ -298,16 +302,18 @@ def plan_pair(
     d_need = d_place.device_bytes if d_place else 0
     reason = _refusal(device, room, reserve, d_need)
     if reason is None and cpu and t_full.device_bytes + d_need > room:
-        reason = (f"Target and draft need {format_bytes(t_full.device_bytes + d_need)} of RAM "
-                  f"but only {format_bytes(room)} is usable: pick smaller quantizations or "
-                  "shorten the context with --ctx.")
+        who = "Target and draft need" if draft else "The target needs"
+        reason = (f"{who} {format_bytes(t_full.device_bytes + d_need)} of RAM but only "
+                  f"{format_bytes(room)} is usable: pick smaller quantizations or shorten the "
+                  "context with --ctx.")
     if reason is not None or cpu:
         return plan(t_full, d_place, reason is None, reason)
     t_place = _best_target(target, n_ctx, kv_type, room - d_need, n_ubatch)
     if t_place.layers_on_device == 0 and d_place is None:
         return plan(t_place, None, False,
                     f"Not even one target layer fits in {format_bytes(room)} of usable "
-                    f"{device.name} memory: run on the CPU (--device cpu) or free device memory.")
+                    f"{device.name} memory: free device memory, or run on the CPU with "
+                    "--n-gpu-layers 0.")
     if t_place.layers_on_device < target.n_layer:
         warnings.append(f"only {t_place.layers_on_device} of {target.n_layer} target layers fit "
                         "on the device; the rest run on the CPU, which is slower")
@@ -318,67 +324,6 @@ def plan_pair(
     if host_free_bytes is not None and host > host_free_bytes:
         warnings.append("the layers left in host memory exceed the available RAM; expect swapping")
     return plan(t_place, d_place, True)
-
-
-def format_bytes(n: int) -> str:
-    """Human-readable binary size: "1.50 GiB", "235.8 MiB", "512 B"."""
-    for unit, scale in (("GiB", GiB), ("MiB", MiB), ("KiB", 1024)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}" if unit == "GiB" else f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
-def render_plan(plan: Plan) -> str:
-    gpu = plan.device.kind == "gpu"
-    rows: list[tuple[str, Any]] = [
-        ("model", lambda p: p.name),
-        ("GGUF file size", lambda p: format_bytes(p.file_bytes)),
-        ("layers on device", lambda p: f"{p.layers_on_device}/{p.n_layer}"
-         + (" + output" if p.output_on_device else "")),
-        ("n_gpu_layers", lambda p: str(p.n_gpu_layers)),
-        ("context (tokens)", lambda p: str(p.n_ctx)),
-        ("weights on device", lambda p: format_bytes(p.weights_device)),
-        (f"KV cache ({plan.kv_type}) on device", lambda p: format_bytes(p.kv_device)),
-        ("compute buffers", lambda p: format_bytes(p.compute)),
-        ("total on device", lambda p: format_bytes(p.device_bytes)),
-    ]
-    if gpu:
-        rows += [("weights in host RAM", lambda p: format_bytes(p.weights_host)),
-                 ("KV cache in host RAM", lambda p: format_bytes(p.kv_host))]
-    cols = [("", "target", "draft")] + [
-        (label, cell(plan.target), cell(plan.draft) if plan.draft else "-")
-        for label, cell in rows
-    ]
-    widths = [max(len(row[i]) for row in cols) for i in range(3)]
-    kind = "GPU memory" if gpu else "RAM"
-    lines = [f"Device: {plan.device.name} ({kind}), budget {format_bytes(plan.device.free_bytes)}, "
-             f"{format_bytes(plan.reserve_bytes)} kept free"]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-              for row in cols]
-    total = plan.device_bytes + plan.reserve_bytes
-    verdict = "fits" if plan.fits else "does NOT fit"
-    lines.append(f"Total: {format_bytes(total)} of {format_bytes(plan.device.free_bytes)} "
-                 f"(reserve included): {verdict}.")
-    if plan.reason:
-        lines.append(plan.reason)
-    lines += [f"warning: {w}" for w in plan.warnings]
-    return "\n".join(lines)
-
-
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)(b?)\s*$", re.IGNORECASE)
-
-
-def parse_size(text: str) -> int:
-    """Parse "8GiB", "512MiB", "6GB", "6G" (binary), "1000000" (bytes) into bytes."""
-    match = _SIZE_RE.match(text)
-    if not match or (match.group(3) and not match.group(2)):
-        raise InvalidParameterError(
-            f"budget {text!r} is not a size: write it like 8GiB, 512MiB or 6GB."
-        )
-    number, unit, binary, byte = match.groups()
-    power = " kmgt".index(unit.lower()) if unit else 0
-    decimal = bool(byte) and not binary  # "GB" is decimal; "GiB" and bare "G" are binary
-    return int(float(number) * ((1000 if decimal else 1024) ** power))
 
 
 def system_memory_available() -> int:
@@ -399,10 +344,41 @@ def system_memory_available() -> int:
     return 0
 
 
-def default_device(budget_bytes: int | None = None) -> Device:
-    """The device to plan for. Today: the CPU (RAM). The ggml GPU query plugs in here."""
+DeviceLister = Callable[[], list[dict[str, Any]]]
+_OFFLOAD_KINDS = ("gpu", "igpu")  # ggml device kinds that hold model layers
+
+
+def ggml_devices() -> list[dict[str, Any]]:
+    """ggml's backend devices (name, description, kind, free_bytes, total_bytes), or [] when the
+    compiled core is not available."""
+    try:
+        from localspec import _core
+    except ImportError:
+        return []
+    return list(_core.list_devices())
+
+
+def choose_device(devices: list[dict[str, Any]], budget_bytes: int | None = None) -> Device:
+    """Pure: the first GPU/iGPU of ``devices`` with its free memory, else the CPU with the
+    available RAM; ``budget_bytes`` replaces the free memory of whichever is chosen."""
+    for dev in devices:
+        if dev.get("kind") in _OFFLOAD_KINDS:
+            name = str(dev.get("name") or "GPU")
+            description = str(dev.get("description") or "")
+            if description and description != name:
+                name = f"{name} ({description})"
+            free = int(dev.get("free_bytes") or 0) or int(dev.get("total_bytes") or 0)
+            return Device(name, budget_bytes if budget_bytes is not None else free, "gpu")
     free = budget_bytes if budget_bytes is not None else system_memory_available()
     return Device(name="CPU", free_bytes=free, kind="cpu")
+
+
+def default_device(budget_bytes: int | None = None, *,
+                   list_devices: DeviceLister | None = None) -> Device:
+    """The device to plan for: the first GPU ggml reports, else the CPU (RAM).
+
+    ``list_devices`` replaces ggml's device query (tests pass made-up lists)."""
+    return choose_device((list_devices or ggml_devices)(), budget_bytes)
 
 
 def model_memory(path: str | os.PathLike[str]) -> ModelMemory:

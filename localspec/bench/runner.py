@@ -27,6 +27,7 @@ class PromptRun:
     # Where they differed: the target's top-2 logit gap at the first differing position
     # (a gap within TIE_TOLERANCE is a numerical tie between batched and single-row passes).
     divergence_gaps: list[float] = field(default_factory=list)
+    plain_tokens: list[int] = field(default_factory=list)  # plain output of the first repeat
 
     @property
     def verdict(self) -> str:
@@ -77,6 +78,8 @@ def run_comparison(
                 result = engine.generate(prompt.text, arm_params)
                 getattr(run, name).append(result.stats)
                 outputs[name] = result.tokens
+            if r == 0:
+                run.plain_tokens = list(outputs["plain"])
             if params.temperature == 0 and outputs["plain"] != outputs["speculative"]:
                 run.identical = False
                 run.divergence_gaps.append(

@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
+from localspec.bench.baseline import Baseline
 from localspec.bench.report import Report, Row
+from localspec.bench.synthetic_mode import TheoryRow
 
 COLUMNS = ("", "plain tok/s", "spec tok/s", "speedup", "drafted", "accepted", "rejected",
            "accept %", "tau", "draft s", "verify s", "other s", "same")
@@ -35,3 +37,50 @@ def print_report(report: Report, console: Console, *, per_prompt: bool) -> None:
     if per_prompt:
         console.print(_table("per prompt (medians over repeats)", report.prompts))
     console.print(_table("per category", report.categories + [report.overall]))
+
+
+BASELINE_COLUMNS = ("", "llama-cpp-python plain tok/s", "llama-cpp-python prompt-lookup tok/s",
+                    "lookup accept %", "localspec plain tok/s", "localspec spec tok/s",
+                    "plain vs plain", "localspec n-gram vs llama-cpp-python prompt lookup",
+                    "same output")
+
+
+def print_baseline(baseline: Baseline, console: Console) -> None:
+    """llama-cpp-python's arms next to localspec's, or the sentence saying why not."""
+    if baseline.error is not None:
+        console.print(f"llama-cpp-python baseline skipped: {baseline.error}.")
+        return
+    table = Table(title=f"baseline: llama-cpp-python {baseline.llama_cpp_version} "
+                  f"(prompt lookup: num_pred_tokens={baseline.num_pred_tokens}, "
+                  f"max_ngram_size={baseline.max_ngram_size})", title_justify="left")
+    for i, name in enumerate(BASELINE_COLUMNS):
+        table.add_column(name, justify="left" if i == 0 else "right")
+    rows = baseline.categories + ([baseline.overall] if baseline.overall else [])
+    for row in rows:
+        table.add_row(
+            row.label, f"{row.llamacpp_plain_tps:.1f}", f"{row.llamacpp_lookup_tps:.1f}",
+            f"{row.lookup_acceptance_rate:.0%}", f"{row.localspec_plain_tps:.1f}",
+            f"{row.localspec_speculative_tps:.1f}", f"{row.plain_vs_plain:.2f}x",
+            f"{row.speculative_vs_lookup:.2f}x", row.same_as_localspec,
+        )
+    console.print(table)
+
+
+THEORY_COLUMNS = ("", "k", "a (per token)", "accept %", "tau", "E", "c", "v(k+1)",
+                  "S theory", "S measured", "measured / theory")
+
+
+def print_theory(rows: Sequence[TheoryRow], console: Console) -> None:
+    """Measured speedup next to S = E / (k*c + v(k+1)) (DESIGN §4)."""
+    table = Table(title="synthetic pair: speed limit S = E / (k*c + v(k+1)), "
+                  "E = (1 - a^(k+1)) / (1 - a)", title_justify="left")
+    for i, name in enumerate(THEORY_COLUMNS):
+        table.add_column(name, justify="left" if i == 0 else "right")
+    for row in rows:
+        c = row.costs
+        table.add_row(
+            row.label, str(c.k), f"{c.a:.3f}", f"{c.acceptance_rate:.0%}", f"{c.tau:.2f}",
+            f"{c.expected_tokens:.2f}", f"{c.c:.3f}", f"{c.v:.3f}",
+            f"{c.theoretical_speedup:.2f}x", f"{c.measured_speedup:.2f}x", f"{c.efficiency:.0%}",
+        )
+    console.print(table)

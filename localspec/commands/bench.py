@@ -1,21 +1,41 @@
-"""`localspec bench`: plain vs speculative on the same prompts and lengths, in one process."""
+"""`localspec bench`: plain vs speculative on the same prompts and lengths, in one process.
+
+``--baseline llama-cpp-python`` adds llama-cpp-python's plain and prompt-lookup generation on
+the same prompts (in a child process); ``--synthetic`` benchmarks a generated target/draft
+pair with a fixed draft length and prints the theoretical speed limit. See docs/bench.md.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from localspec.bench.report import summarize
-from localspec.bench.runner import run_comparison
-from localspec.bench.table import print_report
+from localspec.bench.baseline import BASELINES, Baseline, run_baseline
+from localspec.bench.report import Report, summarize
+from localspec.bench.runner import PromptRun, run_comparison
+from localspec.bench.synthetic_mode import (
+    SyntheticSpec,
+    TheoryRow,
+    check_draft_max,
+    theory_rows,
+    write_synthetic_pair,
+)
+from localspec.bench.table import print_baseline, print_report, print_theory
 from localspec.commands.common import add_model_arguments, choose_models, draft_max_arg, load_engine
+from localspec.engine import Engine
 from localspec.errors import InvalidParameterError
-from localspec.prompts import load_prompts
-from localspec.types import GenerationParams
+from localspec.prompts import Prompt, load_prompts
+from localspec.types import DraftMax, GenerationParams
+
+SYNTHETIC_DRAFT_MAX = 4
+SYNTHETIC_LIMIT = 2  # prompts per category in --synthetic mode unless --limit is given
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -31,25 +51,59 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--limit", type=int, default=None, help="prompts per category")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--draft-max", type=draft_max_arg, default="auto")
+    parser.add_argument("--draft-max", type=draft_max_arg, default=None,
+                        help=f"K or auto (default: auto; {SYNTHETIC_DRAFT_MAX} with --synthetic)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--per-prompt", action="store_true", help="also print one row per prompt")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--plot", help="write a PNG (speedup per category, accepted lengths)")
+    parser.add_argument("--baseline", choices=BASELINES,
+                        help="also run llama-cpp-python's plain and prompt-lookup generation")
+    parser.add_argument("--baseline-num-pred-tokens", type=int, default=None,
+                        help="tokens per prompt-lookup draft in the baseline (default: 2 on a "
+                        "CPU-only build, 10 with GPU offload, as llama-cpp-python advises)")
+    synthetic = parser.add_argument_group("synthetic pair (--synthetic)")
+    synthetic.add_argument("--synthetic", action="store_true",
+                           help="benchmark a generated target/draft pair against the theory")
+    synthetic.add_argument("--agreement-divergence", type=float, default=0.3,
+                           help="weight of the target's extra blocks (0: draft always agrees)")
+    synthetic.add_argument("--extra-layers", type=int, default=2,
+                           help="blocks the target has beyond the draft's")
+    synthetic.add_argument("--synthetic-layers", type=int, default=4, help="the draft's blocks")
+    synthetic.add_argument("--synthetic-embd", type=int, default=256, help="model width")
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.repeat < 1:
-        raise InvalidParameterError(f"--repeat {args.repeat} is invalid: use 1 or more.")
-    categories = args.categories.split(",") if args.categories else None
-    prompts = load_prompts(args.prompts, categories=categories, limit_per_category=args.limit)
-    params = GenerationParams(max_tokens=args.max_tokens, temperature=args.temperature,
-                              draft_max=args.draft_max, seed=0)
-    params.validate()
-    choice = choose_models(args)
+@dataclass
+class Outcome:
+    """Everything one bench run measured."""
+
+    runs: list[PromptRun]
+    report: Report
+    baseline: Baseline | None = None
+    theory: list[TheoryRow] | None = None
+
+
+def _draft_max(args: argparse.Namespace) -> DraftMax:
+    if args.synthetic:
+        if args.target or args.draft or args.pair:
+            raise InvalidParameterError(
+                "--synthetic generates its own pair: leave out --target, --draft and --pair.")
+        return check_draft_max(SYNTHETIC_DRAFT_MAX if args.draft_max is None else args.draft_max)
+    return "auto" if args.draft_max is None else args.draft_max
+
+
+def _synthetic_spec(args: argparse.Namespace) -> SyntheticSpec:
+    spec = SyntheticSpec(divergence=args.agreement_divergence, extra_layers=args.extra_layers,
+                         n_embd=args.synthetic_embd, n_layer=args.synthetic_layers)
+    spec.validate()
+    return spec
+
+
+def _measure(engine: Engine, prompts: list[Prompt], params: GenerationParams,
+             args: argparse.Namespace) -> tuple[list[PromptRun], dict[str, list[int]]]:
     err = Console(stderr=True)
-    with load_engine(args, choice) as engine, Progress(
+    with Progress(
         TextColumn("[progress.description]{task.description}"), BarColumn(),
         TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(), console=err,
         transient=True,
@@ -57,20 +111,79 @@ def run(args: argparse.Namespace) -> int:
         task = bar.add_task("benchmarking", total=len(prompts) * args.repeat)
         runs = run_comparison(engine, prompts, params, repeat=args.repeat,
                               progress=lambda done, _total: bar.update(task, completed=done))
+    tokens = {p.id: engine.tokenize(p.text) for p in prompts} if args.baseline else {}
+    return runs, tokens
+
+
+def _outcome(args: argparse.Namespace, target: str, runs: list[PromptRun],
+             tokens: dict[str, list[int]]) -> Outcome:
+    """Summaries; the baseline runs here, after localspec's engine has been closed."""
     report = summarize(runs)
+    outcome = Outcome(runs, report, theory=theory_rows(runs) if args.synthetic else None)
+    if args.baseline:
+        with Console(stderr=True).status("running the llama-cpp-python baseline"):
+            outcome.baseline = run_baseline(
+                target, runs, tokens, report, max_tokens=args.max_tokens, repeat=args.repeat,
+                n_threads=args.threads or os.cpu_count() or 1,
+                num_pred_tokens=args.baseline_num_pred_tokens,
+            )
+    return outcome
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.repeat < 1:
+        raise InvalidParameterError(f"--repeat {args.repeat} is invalid: use 1 or more.")
+    if args.baseline_num_pred_tokens is not None and args.baseline_num_pred_tokens < 1:
+        raise InvalidParameterError(
+            f"--baseline-num-pred-tokens {args.baseline_num_pred_tokens} is invalid: use 1 or more.")
+    draft_max = _draft_max(args)
+    categories = args.categories.split(",") if args.categories else None
+    limit = args.limit if args.limit is not None or not args.synthetic else SYNTHETIC_LIMIT
+    prompts = load_prompts(args.prompts, categories=categories, limit_per_category=limit)
+    params = GenerationParams(max_tokens=args.max_tokens, temperature=args.temperature,
+                              draft_max=draft_max, seed=0)
+    params.validate()
+    if args.synthetic:
+        spec = _synthetic_spec(args)
+        with tempfile.TemporaryDirectory(prefix="localspec-synthetic-") as tmp:
+            target, draft = write_synthetic_pair(tmp, spec)
+            with Engine.load(target, draft=draft, n_ctx=args.ctx or 4096, n_threads=args.threads,
+                             draft_p_min=0.0, verbose=args.verbose) as engine:
+                runs, tokens = _measure(engine, prompts, params, args)
+            outcome = _outcome(args, str(target), runs, tokens)
+        header: dict[str, Any] = {"target": "synthetic", "drafter": "synthetic",
+                                  "synthetic": asdict(spec)}
+    else:
+        choice = choose_models(args)
+        with load_engine(args, choice) as engine:
+            runs, tokens = _measure(engine, prompts, params, args)
+        outcome = _outcome(args, choice.target, runs, tokens)
+        header = {"target": choice.target, "drafter": choice.drafter}
+    header.update(max_tokens=args.max_tokens, temperature=args.temperature, draft_max=draft_max,
+                  repeat=args.repeat)
+    _show(args, header, outcome)
+    return 0 if outcome.report.overall.identical != "NO" or args.temperature > 0 else 1
+
+
+def _show(args: argparse.Namespace, header: dict[str, Any], outcome: Outcome) -> None:
     if args.plot:
         from localspec.bench.plot import write_plot
 
-        write_plot(report, args.plot)
+        write_plot(outcome.report, args.plot)
     if args.json:
-        out = {"target": choice.target, "drafter": choice.drafter, "max_tokens": args.max_tokens,
-               "temperature": args.temperature, "draft_max": args.draft_max, "repeat": args.repeat,
-               **report.to_dict()}
+        out = {**header, **outcome.report.to_dict()}
+        if outcome.baseline is not None:
+            out["baseline"] = outcome.baseline.to_dict()
+        if outcome.theory is not None:
+            out["theory"] = [row.to_dict() for row in outcome.theory]
         print(json.dumps(out))
-    else:
-        console = Console(width=max(Console().width, 132))
-        console.print(f"target {choice.target} | drafter {choice.drafter} | "
-                        f"{args.max_tokens} tokens | temperature {args.temperature} | "
-                        f"draft {args.draft_max} | {args.repeat} repeat(s)")
-        print_report(report, console, per_prompt=args.per_prompt)
-    return 0 if report.overall.identical != "NO" or args.temperature > 0 else 1
+        return
+    console = Console(width=max(Console().width, 132))
+    console.print(f"target {header['target']} | drafter {header['drafter']} | "
+                  f"{header['max_tokens']} tokens | temperature {header['temperature']} | "
+                  f"draft {header['draft_max']} | {header['repeat']} repeat(s)")
+    print_report(outcome.report, console, per_prompt=args.per_prompt)
+    if outcome.theory is not None:
+        print_theory(outcome.theory, console)
+    if outcome.baseline is not None:
+        print_baseline(outcome.baseline, console)

@@ -1,11 +1,22 @@
-"""Arguments and model loading shared by the commands that run a model (run, serve, chat)."""
+"""Arguments and model loading shared by the commands that run a model (run, serve, chat).
+
+``load_engine`` plans the memory first (DESIGN §5): a pair that does not fit is refused with
+the planner's reason before anything is loaded, and the plan's ``n_gpu_layers`` are used
+unless ``--n-gpu-layers`` is given.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass
 
 from localspec.engine import Engine
+from localspec.errors import ModelLoadError
+from localspec.loading import DRAFTER_KEYWORDS
+from localspec.plan_table import parse_size
+from localspec.plan_table import plan_summary as plan_summary  # re-exported for the chat UI
+from localspec.planner import Plan, plan_from_files
 from localspec.types import DraftMax
 
 
@@ -20,6 +31,7 @@ class ModelChoice:
     temperature: float | None  # the pair's default, None when the user named files
     chat_template: str | None
     label: str  # for display: the pair name or the target file name
+    stop: tuple[str, ...] = ()  # the pair's chat stop strings (models.toml)
 
 
 def draft_max_arg(text: str) -> DraftMax:
@@ -36,15 +48,23 @@ def draft_max_arg(text: str) -> DraftMax:
 
 def add_model_arguments(parser: argparse.ArgumentParser, *, pair_option: bool) -> None:
     """--target/--draft/--ctx/...; the pair is a positional argument unless `pair_option`."""
+    pair_help = "a pair from models.toml (default: the embedded default)"
     if pair_option:
-        parser.add_argument("--pair", help="a pair from models.toml (default: the embedded default)")
+        parser.add_argument("--pair", help=pair_help)
     else:
-        parser.add_argument("pair", nargs="?", help="a pair from models.toml (default: the embedded default)")
-    parser.add_argument("--target", help="target model: a GGUF path, a models.toml name or hf:REPO/FILE")
+        parser.add_argument("pair", nargs="?", help=pair_help)
+    parser.add_argument("--target",
+                        help="target model: a GGUF path, a models.toml name or hf:REPO/FILE")
     parser.add_argument("--draft", help="drafter: a GGUF path or model name, 'ngram' or 'none'")
     parser.add_argument("--ctx", type=int, default=None, help="context size in tokens")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
-    parser.add_argument("--n-gpu-layers", type=int, default=-1, help="layers to offload (-1: all that fit)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads (default: all cores)")
+    parser.add_argument("--n-gpu-layers", type=int, default=None,
+                        help="target layers to offload, -1 for all (default: from the "
+                        "memory plan)")
+    parser.add_argument("--budget", default=None,
+                        help="memory budget such as 8GiB (default: the GPU's free memory, else "
+                        "the available RAM); see `localspec plan`")
     parser.add_argument("--verbose", action="store_true", help="show llama.cpp's log")
 
 
@@ -61,16 +81,48 @@ def choose_models(args: argparse.Namespace) -> ModelChoice:
     return ModelChoice(
         str(pair.target), drafter, args.ctx or pair.n_ctx, pair.draft_max, pair.temperature,
         pair.chat_template, pair.name,
+        stop=pair.stop,
     )
 
 
-def load_engine(args: argparse.Namespace, choice: ModelChoice, **kwargs: object) -> Engine:
+def plan_for(
+    target: str | os.PathLike[str], drafter: str, n_ctx: int, budget: str | int | None = None
+) -> Plan:
+    """The memory plan for a target and a drafter ("ngram", "none" or a GGUF path); ``budget``
+    is bytes or a size such as "8GiB" (default: the GPU's free memory, else available RAM).
+    Reads the GGUF headers only; raises a LocalspecError for a missing or broken file."""
+    draft = None if drafter in DRAFTER_KEYWORDS else drafter
+    budget_bytes = parse_size(budget) if isinstance(budget, str) else budget
+    return plan_from_files(target, draft, n_ctx, budget_bytes)
+
+
+def plan_choice(args: argparse.Namespace, choice: ModelChoice) -> Plan:
+    """``plan_for`` with the choice's models and context and the command's ``--budget``."""
+    return plan_for(choice.target, choice.drafter, choice.n_ctx, getattr(args, "budget", None))
+
+
+def load_engine(
+    args: argparse.Namespace, choice: ModelChoice, *, plan: Plan | None = None, **kwargs: object
+) -> Engine:
+    """Plan, then load. Raises ModelLoadError with the plan's reason when the pair does not fit
+    (nothing is loaded); an explicit ``--n-gpu-layers`` overrides the plan's placement, and then
+    only a plan for RAM (a CPU) is enforced. ``plan``: one already made by ``plan_choice``."""
+    if plan is None:
+        plan = plan_choice(args, choice)
+    explicit = getattr(args, "n_gpu_layers", None)
+    if not plan.fits and (explicit is None or plan.device.kind == "cpu"):
+        raise ModelLoadError(plan.reason or "The pair does not fit in the memory budget.")
+    if explicit is not None:
+        layers: dict[str, int | None] = {"n_gpu_layers": explicit, "n_gpu_layers_draft": None}
+    else:
+        draft = plan.draft.n_gpu_layers if plan.draft is not None else None
+        layers = {"n_gpu_layers": plan.target.n_gpu_layers, "n_gpu_layers_draft": draft}
     return Engine.load(
         choice.target,
         draft=choice.drafter,
         n_ctx=choice.n_ctx,
         n_threads=args.threads,
-        n_gpu_layers=args.n_gpu_layers,
         verbose=args.verbose,
+        **layers,  # type: ignore[arg-type]
         **kwargs,  # type: ignore[arg-type]
     )

@@ -7,7 +7,15 @@ import json
 from typing import Any
 
 from localspec.errors import InvalidParameterError
-from localspec.planner import KV_TYPES, Device, Plan, default_device, parse_size, plan_from_files
+from localspec.planner import (
+    KV_TYPES,
+    Device,
+    Plan,
+    choose_device,
+    default_device,
+    parse_size,
+    plan_from_files,
+)
 from localspec.registry import SPECIAL_DRAFTERS, load_registry
 
 
@@ -23,11 +31,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--target", help="target model: name, path or hf: source")
     parser.add_argument("--draft", help="draft model: name, path, hf: source, 'ngram' or 'none'")
     parser.add_argument("--ctx", type=int, help="context length (default: the pair's, or 4096)")
-    parser.add_argument("--budget", help="memory budget such as 8GiB or 6GB (default: free RAM)")
+    parser.add_argument("--budget", help="memory budget such as 8GiB or 6GB (default: the "
+                        "GPU's free memory, else the available RAM)")
     parser.add_argument("--kv-type", default="f16", choices=sorted(KV_TYPES),
                         help="KV cache type (default: f16)")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"),
-                        help="plan for the CPU (RAM) or a GPU of --budget bytes (default: auto)")
+                        help="plan for the CPU (RAM), a GPU of --budget bytes, or auto: the "
+                        "first GPU ggml reports, else the CPU (default: auto)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.set_defaults(func=handler)
 
@@ -38,8 +48,9 @@ def _device(kind: str, budget: int | None) -> Device:
             raise InvalidParameterError("--device gpu needs --budget (the GPU's free memory), "
                                         "e.g. --budget 8GiB.")
         return Device("GPU", budget, "gpu")
-    # "auto" is the CPU until the ggml GPU query lands in planner.default_device.
-    return default_device(budget)
+    if kind == "cpu":
+        return choose_device([], budget)  # no GPU in the list: the CPU with RAM or --budget
+    return default_device(budget)  # auto: the first GPU ggml reports, else the CPU
 
 
 def make_plan(args: argparse.Namespace) -> tuple[str, Plan]:

@@ -83,8 +83,9 @@ def run_serve(args: argparse.Namespace) -> int:
 def _defaults(choice: ModelChoice) -> GenerationParams:
     """Sampling defaults for requests that do not set them: the pair's, else the engine's."""
     if choice.temperature is None:
-        return GenerationParams(draft_max=choice.draft_max)
-    return GenerationParams(draft_max=choice.draft_max, temperature=choice.temperature)
+        return GenerationParams(draft_max=choice.draft_max, stop=choice.stop)
+    return GenerationParams(draft_max=choice.draft_max, temperature=choice.temperature,
+                            stop=choice.stop)
 
 
 def _check_args(args: argparse.Namespace) -> None:

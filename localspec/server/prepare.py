@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from localspec.chat_template import render_chat
+from localspec.chat_template import chat_format, render_chat
 from localspec.engine import Engine
 from localspec.errors import InvalidParameterError, PromptTooLongError
 from localspec.server.schemas import ChatCompletionRequest, CompletionRequest, SamplingRequest
@@ -31,8 +31,8 @@ class Preparer:
         self, engine: Engine, chat_template: str | None, defaults: GenerationParams
     ) -> None:
         self._engine = engine
-        self._template = chat_template if chat_template is not None else engine.info.chat_template
-        self._defaults = defaults
+        self._format = chat_format(engine.info.chat_template, chat_template, defaults.stop)
+        self._defaults = replace(defaults, stop=())
         self._bos_prefix = _special_prefix(engine)
 
     def chat(self, request: ChatCompletionRequest) -> Prepared:
@@ -41,13 +41,13 @@ class Preparer:
         tokens = self._engine.tokenize(text, add_special=False, parse_special=True)
         if self._bos_prefix and tokens[: len(self._bos_prefix)] != self._bos_prefix:
             tokens = self._bos_prefix + tokens
-        return self._prepared(request, tokens, request.token_limit())
+        return self._prepared(request, tokens, request.token_limit(), self._format.stop)
 
     def render(self, request: ChatCompletionRequest) -> str:
         messages = [{"role": m.template_role, "content": m.text()} for m in request.messages]
         info = self._engine.info
         return render_chat(
-            self._template or "", messages, bos_token=info.bos_text, eos_token=info.eos_text
+            self._format.template, messages, bos_token=info.bos_text, eos_token=info.eos_text
         )
 
     def completion(self, request: CompletionRequest) -> Prepared:
@@ -64,7 +64,8 @@ class Preparer:
         return self._prepared(request, tokens, request.token_limit())
 
     def _prepared(
-        self, request: SamplingRequest, tokens: list[int], max_tokens: int | None
+        self, request: SamplingRequest, tokens: list[int], max_tokens: int | None,
+        template_stop: tuple[str, ...] = (),
     ) -> Prepared:
         n_ctx = self._engine.info.n_ctx
         room = n_ctx - len(tokens)
@@ -75,7 +76,8 @@ class Preparer:
             )
         params = replace(self._defaults, **_overrides(request))
         limit = max_tokens if max_tokens is not None else room
-        params = replace(params, max_tokens=min(limit, room), stop=request.stop_strings())
+        stop = tuple(dict.fromkeys((*template_stop, *request.stop_strings())))
+        params = replace(params, max_tokens=min(limit, room), stop=stop)
         params.validate()
         return Prepared(tokens, params, request.want_provenance)
 

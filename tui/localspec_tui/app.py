@@ -42,6 +42,7 @@ class ChatApp(App[None]):
         pair: str | None = None,
         memory: str | None = None,
         chat_template: str | None = None,
+        chat_stop: tuple[str, ...] = (),
         loading_label: str = "the models",
     ) -> None:
         super().__init__()
@@ -54,6 +55,7 @@ class ChatApp(App[None]):
         self.pair = pair
         self.memory = memory
         self.chat_template = chat_template  # overrides the GGUF's template when given
+        self.chat_stop = chat_stop  # strings that end a reply under that template
         self.loading_label = loading_label
         self.owns_engine = False
         self.load_error: str | None = None
@@ -80,7 +82,9 @@ class ChatApp(App[None]):
             memory=self.memory or memory_summary(info),
             n_ctx=info.n_ctx,
         )
-        return ChatScreen(engine, self.settings, self.clock, model, self.chat_template)
+        return ChatScreen(
+            engine, self.settings, self.clock, model, self.chat_template, self.chat_stop
+        )
 
     def _load(self) -> None:  # worker thread
         assert self.loader is not None

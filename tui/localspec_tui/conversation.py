@@ -10,15 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from localspec.chat_template import fit_history, render_chat
+from localspec.chat_template import ChatFormat, chat_format, fit_history, render_chat
 from localspec.errors import PromptTooLongError
 from localspec.types import EngineInfo
 
 Tokenize = Callable[[str, bool, bool], list[int]]  # (text, add_special, parse_special)
 MIN_REPLY_TOKENS = 16
-# Without a template in the GGUF, render_chat uses ChatML; a model that does not know ChatML
-# has no end-of-turn token for it, so stop on the markers as text.
-CHATML_STOPS = ("<|im_end|>", "<|im_start|>")
 
 
 @dataclass
@@ -32,6 +29,7 @@ class PreparedPrompt:
 class Conversation:
     system_prompt: str | None = None
     template: str | None = None  # overrides the GGUF's chat template
+    stop: tuple[str, ...] = ()  # strings that end a reply under that template
     messages: list[dict[str, str]] = field(default_factory=list)
 
     def history(self) -> list[dict[str, str]]:
@@ -44,11 +42,14 @@ class Conversation:
     def clear(self) -> None:
         self.messages.clear()
 
+    def format_for(self, info: EngineInfo) -> ChatFormat:
+        return chat_format(info.chat_template, self.template, self.stop)
+
     def template_for(self, info: EngineInfo) -> str:
-        return self.template or info.chat_template or ""
+        return self.format_for(info).template
 
     def stop_strings(self, info: EngineInfo) -> tuple[str, ...]:
-        return () if self.template_for(info) else CHATML_STOPS
+        return self.format_for(info).stop
 
     def render(self, info: EngineInfo, messages: list[dict[str, str]]) -> str:
         return render_chat(

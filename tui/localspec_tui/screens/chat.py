@@ -45,13 +45,14 @@ class ChatScreen(Screen[None]):
         clock: StepClock,
         model: ModelLine,
         chat_template: str | None = None,
+        chat_stop: tuple[str, ...] = (),
     ) -> None:
         super().__init__()
         self.engine = engine
         self.settings = settings
         self.clock = clock
         self.model = model
-        self.conversation = Conversation(settings.system_prompt, chat_template)
+        self.conversation = Conversation(settings.system_prompt, chat_template, chat_stop)
         self.metrics: ReplyMetrics | None = None
         self.job: ReplyJob | None = None
         self.reply: AssistantMessage | None = None

@@ -1,0 +1,181 @@
+"""`localspec check`: will this draft help this target? Vocabulary, then a short measurement.
+
+The vocabulary check loads the two vocabularies only (fast). When they match, the pair is
+loaded and a few built-in prompts (one per category by default) run plain and speculative,
+greedy, with the same output length: acceptance rate, mean accepted length, both speeds and
+the measured speedup on this machine. A mismatched pair exits with 2 and names the first
+differing token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from localspec import _core
+from localspec.bench.report import Report, Row, summarize
+from localspec.bench.runner import run_comparison
+from localspec.commands.common import (
+    ModelChoice,
+    add_model_arguments,
+    choose_models,
+    draft_max_arg,
+    load_engine,
+    plan_choice,
+    plan_summary,
+)
+from localspec.errors import InvalidParameterError, VocabMismatchError
+from localspec.loading import check_model_path
+from localspec.prompts import load_prompts
+from localspec.types import GenerationParams
+
+VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo-2"}
+HELPS, EVEN = 1.05, 0.95  # speedup thresholds of the one-word answer
+IDENTICAL = {  # the benchmark's verdicts on speculative vs plain greedy output
+    "yes": "yes",
+    "tie": "yes, up to numerical ties (the target's top two logits within 0.02)",
+    "NO": "NO (speculation changed the output: please report it)",
+}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "check",
+        help="check that a draft matches a target and measure whether it helps",
+        description="Compare the draft's vocabulary with the target's (type, size, BOS/EOS, "
+        "first differing token); when they match, run a few built-in prompts plain and "
+        "speculative and report acceptance, mean accepted length and the measured speedup. "
+        "Exits with 2 when the draft cannot draft for the target.",
+    )
+    add_model_arguments(parser, pair_option=True)
+    parser.add_argument("--max-tokens", type=int, default=64, help="tokens per run (default 64)")
+    parser.add_argument("--limit", type=int, default=1, help="prompts per category (default 1)")
+    parser.add_argument("--categories", help="comma-separated built-in categories (default: all)")
+    parser.add_argument("--prompts", help="a JSONL prompt file instead of the built-in set")
+    parser.add_argument("--draft-max", type=draft_max_arg, default="auto",
+                        help="longest draft per step, or auto (default)")
+    parser.add_argument("--vocab-only", action="store_true", help="skip the measurement")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=run)
+
+
+def vocab_report(target: str, draft: str) -> dict[str, Any]:
+    """``_core.compare_vocab`` plus type names and a ``compatible`` flag (vocabularies only)."""
+    check_model_path(target, "target")
+    check_model_path(draft, "draft")
+    raw = _core.compare_vocab(target, draft)
+    for role in ("target", "draft"):
+        raw[role]["type_name"] = VOCAB_TYPES.get(raw[role]["type"], str(raw[role]["type"]))
+    raw["compatible"] = not raw["problem"]
+    return raw
+
+
+def render_vocab(vocab: dict[str, Any]) -> str:
+    t, d = vocab["target"], vocab["draft"]
+    rows = [("", "target", "draft"), ("type", t["type_name"], d["type_name"]),
+            ("tokens", str(t["n_tokens"]), str(d["n_tokens"])),
+            ("BOS id", str(t["bos"]), str(d["bos"])), ("EOS id", str(t["eos"]), str(d["eos"]))]
+    if vocab["first_difference"] >= 0:
+        rows.append((f"token {vocab['first_difference']}", repr(vocab["target_text"]),
+                     repr(vocab["draft_text"])))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = ["Vocabulary"] + ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths,
+                                                                          strict=True)).rstrip()
+                              for row in rows]
+    first = vocab["first_difference"]
+    lines.append("  first differing token: " + ("none" if first < 0 else str(first)))
+    lines.append("  verdict: " + ("compatible" if vocab["compatible"]
+                                  else f"INCOMPATIBLE: {vocab['problem']}"))
+    return "\n".join(lines)
+
+
+def _answer(row: Row) -> str:
+    if row.speedup >= HELPS:
+        return f"yes: the draft makes generation {row.speedup:.2f}x as fast on this machine."
+    if row.speedup >= EVEN:
+        return f"hardly: {row.speedup:.2f}x, within noise of plain decoding."
+    return (f"no: speculation runs at {row.speedup:.2f}x of plain decoding here; try a smaller "
+            "draft, --draft ngram, or a shorter --draft-max.")
+
+
+def render_measurement(report: Report, n_prompts: int, params: GenerationParams) -> str:
+    row = report.overall
+    lines = [
+        f"Measurement ({n_prompts} prompt(s), {params.max_tokens} tokens each, greedy, "
+        f"draft length {params.draft_max})",
+        f"  acceptance rate        {row.acceptance_rate:.1%} "
+        f"(drafted {row.drafted}, accepted {row.accepted})",
+        f"  mean accepted length   {row.mean_accepted_length:.2f} tokens per target pass",
+        f"  plain                  {row.plain_tps:.1f} tokens/s",
+        f"  speculative            {row.speculative_tps:.1f} tokens/s",
+        f"  measured speedup       {row.speedup:.2f}x",
+        f"  identical to plain     {IDENTICAL.get(row.identical, row.identical)}",
+        f"Will this draft help? {_answer(row)}",
+    ]
+    return "\n".join(lines)
+
+
+def _measure(args: argparse.Namespace, choice: ModelChoice,
+             params: GenerationParams) -> tuple[Report, int, str]:
+    categories = args.categories.split(",") if args.categories else None
+    prompts = load_prompts(args.prompts, categories=categories, limit_per_category=args.limit)
+    plan = plan_choice(args, choice)
+    progress = None
+    if sys.stderr.isatty() and not args.json:
+        def progress(done: int, total: int) -> None:
+            end = "\n" if done == total else ""
+            print(f"\rmeasuring: {done}/{total} prompts", end=end, file=sys.stderr, flush=True)
+    with load_engine(args, choice, plan=plan) as engine:
+        runs = run_comparison(engine, prompts, params, progress=progress)
+    return summarize(runs), len(prompts), plan_summary(plan)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise InvalidParameterError(f"--limit {args.limit} is invalid: use 1 or more.")
+    params = GenerationParams(max_tokens=args.max_tokens, temperature=0.0,
+                              draft_max=args.draft_max, seed=0)
+    params.validate()
+    choice = choose_models(args)
+    if choice.drafter == "none":
+        raise InvalidParameterError("There is no drafter to check: pass --draft MODEL or "
+                                    "--draft ngram.")
+    out: dict[str, Any] = {"target": choice.target, "draft": choice.drafter}
+    vocab = None if choice.drafter == "ngram" else vocab_report(choice.target, choice.drafter)
+    out["vocabulary"] = vocab
+    if not args.json:
+        print(f"Target: {choice.target}\nDraft:  {choice.drafter}")
+        print(render_vocab(vocab) if vocab else "Vocabulary: the n-gram drafter reuses the "
+              "target's own tokens")
+    if vocab is not None and not vocab["compatible"]:
+        if args.json:
+            print(json.dumps({**out, "measurement": None}, ensure_ascii=False))
+        raise VocabMismatchError(
+            f"The draft '{choice.drafter}' cannot draft for the target '{choice.target}': "
+            f"{vocab['problem']}; use a draft from the same model family, or --draft ngram."
+        )
+    if args.vocab_only:
+        if args.json:
+            print(json.dumps({**out, "measurement": None}, ensure_ascii=False))
+        return 0
+    report, n_prompts, memory = _measure(args, choice, params)
+    row = report.overall
+    if args.json:
+        out["memory"] = memory
+        out["measurement"] = {
+            "n_prompts": n_prompts, "max_tokens": params.max_tokens,
+            "draft_max": params.draft_max, "plain_tps": row.plain_tps,
+            "speculative_tps": row.speculative_tps, "speedup": row.speedup,
+            "acceptance_rate": row.acceptance_rate,
+            "mean_accepted_length": row.mean_accepted_length, "drafted": row.drafted,
+            "accepted": row.accepted, "identical": row.identical,
+            "helps": row.speedup >= HELPS,
+            "categories": [vars(r) for r in report.categories],
+        }
+        print(json.dumps(out, ensure_ascii=False))
+    else:
+        print(f"Memory: {memory}")
+        print(render_measurement(report, n_prompts, params))
+    return 1 if row.identical == "NO" else 0
