@@ -83,4 +83,12 @@ Draft ModelDrafter::draft(const std::vector<Token>& history, int k, const Sampli
     return out;
 }
 
+// ---- hybrid -------------------------------------------------------------------------------
+
+Draft HybridDrafter::draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) {
+    Draft out = ngram_.draft(history, k, params, rng);
+    if (!out.tokens.empty()) return out;  // the model's cache catches up on its next draft
+    return model_->draft(history, k, params, rng);
+}
+
 }  // namespace localspec

@@ -64,4 +64,20 @@ private:
     float p_min_;  // confidence cutoff: stop drafting below this top probability
 };
 
+// n-gram lookup when the context has a match (free, and often long when the output copies
+// the prompt), the draft model otherwise.
+class HybridDrafter : public Drafter {
+public:
+    HybridDrafter(NgramDrafter ngram, std::unique_ptr<ModelDrafter> model)
+        : ngram_(std::move(ngram)), model_(std::move(model)) {}
+    std::string name() const override { return "hybrid:" + model_->name(); }
+    Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override;
+    void rollback(const std::vector<Token>& history) override { model_->rollback(history); }
+    void prefill(const std::vector<Token>& history) override { model_->prefill(history); }
+
+private:
+    NgramDrafter ngram_;
+    std::unique_ptr<ModelDrafter> model_;
+};
+
 }  // namespace localspec

@@ -32,10 +32,16 @@ ContextOptions context_options(const EngineOptions& options) {
 std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, const Model& target) {
     if (options.drafter == "none") return nullptr;
     if (options.drafter == "ngram") return std::make_unique<NgramDrafter>(options.ngram_min, options.ngram_max);
-    auto draft = std::make_shared<Model>(ModelOptions{options.drafter, options.n_gpu_layers_draft});
+    // "hybrid:PATH": n-gram when it matches, else the draft model at PATH.
+    const std::string hybrid_prefix = "hybrid:";
+    const bool hybrid = options.drafter.rfind(hybrid_prefix, 0) == 0;
+    const std::string path = hybrid ? options.drafter.substr(hybrid_prefix.size()) : options.drafter;
+    auto draft = std::make_shared<Model>(ModelOptions{path, options.n_gpu_layers_draft});
     check_vocab_compatible(target, *draft);
-    return std::make_unique<ModelDrafter>(draft, context_options(options), target.vocab().n_tokens,
-                                          options.draft_sampling, options.draft_p_min);
+    auto model = std::make_unique<ModelDrafter>(draft, context_options(options), target.vocab().n_tokens,
+                                                options.draft_sampling, options.draft_p_min);
+    if (!hybrid) return model;
+    return std::make_unique<HybridDrafter>(NgramDrafter(options.ngram_min, options.ngram_max), std::move(model));
 }
 
 }  // namespace

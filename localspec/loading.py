@@ -12,6 +12,12 @@ from localspec.gguf_reader import read_gguf
 from localspec.types import EngineInfo
 
 DRAFTER_KEYWORDS = ("ngram", "none")
+HYBRID_PREFIX = "hybrid:"  # "hybrid:PATH": n-gram when it matches, else the model at PATH
+
+
+def draft_model_path(drafter: str) -> str:
+    """The GGUF path inside a drafter spec (a path, or "hybrid:PATH")."""
+    return drafter[len(HYBRID_PREFIX):] if drafter.startswith(HYBRID_PREFIX) else drafter
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,7 @@ def _check_options(options: LoadOptions) -> None:
         raise InvalidParameterError(f"n_threads={options.n_threads!r} is invalid: use 1 or more.")
     check_model_path(options.target, "target")
     if options.draft not in DRAFTER_KEYWORDS:
-        check_model_path(options.draft, "draft")
+        check_model_path(draft_model_path(options.draft), "draft")
 
 
 def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:

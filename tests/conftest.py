@@ -52,6 +52,7 @@ def engines(tiny_pair: tuple[Path, Path]) -> Iterator[dict[str, object]]:
         # should draft so that acceptance and rollback are exercised.
         "model": Engine.load(target, draft=draft, n_ctx=1024, draft_p_min=0.0),
         "self": Engine.load(target, draft=target, n_ctx=1024, draft_p_min=0.0),
+        "hybrid": Engine.load(target, draft=f"hybrid:{draft}", n_ctx=1024, draft_p_min=0.0),
     }
     yield loaded
     for engine in loaded.values():

@@ -34,7 +34,7 @@ def assert_same_or_tie(reference: Engine, prompt: str, expected: list[int], actu
     )
 
 
-@pytest.mark.parametrize("drafter", ["ngram", "model", "self"])
+@pytest.mark.parametrize("drafter", ["ngram", "model", "self", "hybrid"])
 @pytest.mark.parametrize("k", [1, 3, 8])
 def test_greedy_output_equals_target_only(engines, drafter: str, k: int) -> None:
     plain = engines["none"]
@@ -107,7 +107,7 @@ def test_seeded_sampling_is_reproducible(engines) -> None:
     lengths follow measured timings, so a seed fixes the distribution, not the sample.)"""
     params = GenerationParams(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, max_tokens=32, seed=7,
                               draft_max=4)
-    for name in ("none", "ngram", "model"):
+    for name in ("none", "ngram", "model", "hybrid"):
         a = engines[name].generate(PROMPTS[0], params)
         b = engines[name].generate(PROMPTS[0], params)
         assert a.tokens == b.tokens
@@ -146,3 +146,11 @@ def test_tie_check_uses_real_logits(engines) -> None:
     wrong[3] = (wrong[3] + 1) % 300
     with pytest.raises(AssertionError, match="without a tie"):
         assert_same_or_tie(plain, PROMPTS[0], expected, wrong)
+
+
+def test_hybrid_uses_both_drafters(engines) -> None:
+    """On a repetitive prompt the n-gram side drafts; elsewhere the model drafts."""
+    engine = engines["hybrid"]
+    assert engine.info.drafter.startswith("hybrid:")
+    stats = engine.generate(PROMPTS[2], GREEDY, draft_max=4).stats
+    assert stats.drafted > 0

@@ -27,7 +27,7 @@ from localspec.commands.common import (
     plan_summary,
 )
 from localspec.errors import InvalidParameterError, VocabMismatchError
-from localspec.loading import check_model_path
+from localspec.loading import check_model_path, draft_model_path
 from localspec.prompts import load_prompts
 from localspec.types import GenerationParams
 
@@ -143,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidParameterError("There is no drafter to check: pass --draft MODEL or "
                                     "--draft ngram.")
     out: dict[str, Any] = {"target": choice.target, "draft": choice.drafter}
-    vocab = None if choice.drafter == "ngram" else vocab_report(choice.target, choice.drafter)
+    vocab = (None if choice.drafter == "ngram"
+             else vocab_report(choice.target, draft_model_path(choice.drafter)))
     out["vocabulary"] = vocab
     if not args.json:
         print(f"Target: {choice.target}\nDraft:  {choice.drafter}")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from localspec.engine import Engine
 from localspec.errors import ModelLoadError
-from localspec.loading import DRAFTER_KEYWORDS
+from localspec.loading import DRAFTER_KEYWORDS, draft_model_path
 from localspec.plan_table import parse_size
 from localspec.plan_table import plan_summary as plan_summary  # re-exported for the chat UI
 from localspec.planner import Plan, plan_from_files
@@ -91,7 +91,7 @@ def plan_for(
     """The memory plan for a target and a drafter ("ngram", "none" or a GGUF path); ``budget``
     is bytes or a size such as "8GiB" (default: the GPU's free memory, else available RAM).
     Reads the GGUF headers only; raises a LocalspecError for a missing or broken file."""
-    draft = None if drafter in DRAFTER_KEYWORDS else drafter
+    draft = None if drafter in DRAFTER_KEYWORDS else draft_model_path(drafter)
     budget_bytes = parse_size(budget) if isinstance(budget, str) else budget
     return plan_from_files(target, draft, n_ctx, budget_bytes)
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from localspec.loading import HYBRID_PREFIX, draft_model_path
 from localspec.types import EngineInfo
 
-KEYWORD_DRAFTERS = ("ngram", "none", "hybrid")
+KEYWORD_DRAFTERS = ("ngram", "none")
 
 
 def drafter_label(info: EngineInfo) -> str:
     if info.drafter in KEYWORD_DRAFTERS:
         return info.drafter
+    if info.drafter.startswith(HYBRID_PREFIX):
+        return "ngram+" + Path(draft_model_path(info.drafter)).stem
     return Path(info.drafter).stem
 
 
@@ -24,7 +27,7 @@ def memory_summary(info: EngineInfo) -> str:
 
     Falls back to the files' sizes when the planner cannot read the models.
     """
-    draft = None if info.drafter in KEYWORD_DRAFTERS else info.drafter
+    draft = None if info.drafter in KEYWORD_DRAFTERS else draft_model_path(info.drafter)
     try:
         from localspec.planner import format_bytes, plan_from_files
 
