@@ -196,7 +196,9 @@ class Engine:
 
     # ---- text helpers (safe from any thread: they do not touch the contexts) ----------------
 
-    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+    def tokenize(
+        self, text: str, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
         return self._core.tokenize(text, add_special, parse_special)
 
     def detokenize(self, tokens: Sequence[int]) -> str:
@@ -241,7 +243,9 @@ class Engine:
         while not self._requests.empty():  # closed: fail what is still queued
             handle = self._requests.get()
             if isinstance(handle, RequestHandle):
-                handle._finish(None, EngineClosedError("The engine was closed before this request ran."))
+                handle._finish(
+                    None, EngineClosedError("The engine was closed before this request ran.")
+                )
 
     def _run(self, handle: RequestHandle) -> None:
         if handle.cancelled:

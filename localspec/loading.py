@@ -17,7 +17,7 @@ HYBRID_PREFIX = "hybrid:"  # "hybrid:PATH": n-gram when it matches, else the mod
 
 def draft_model_path(drafter: str) -> str:
     """The GGUF path inside a drafter spec (a path, or "hybrid:PATH")."""
-    return drafter[len(HYBRID_PREFIX):] if drafter.startswith(HYBRID_PREFIX) else drafter
+    return drafter[len(HYBRID_PREFIX) :] if drafter.startswith(HYBRID_PREFIX) else drafter
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,9 @@ def check_model_path(path: str, role: str) -> None:
 
 def _check_options(options: LoadOptions) -> None:
     if not isinstance(options.n_ctx, int) or not 16 <= options.n_ctx <= 1 << 22:
-        raise InvalidParameterError(f"n_ctx={options.n_ctx!r} is invalid: use 16 to 4194304 tokens.")
+        raise InvalidParameterError(
+            f"n_ctx={options.n_ctx!r} is invalid: use 16 to 4194304 tokens."
+        )
     if not 0.0 <= options.draft_p_min < 1.0:
         raise InvalidParameterError(f"draft_p_min={options.draft_p_min!r} is invalid: use [0, 1).")
     if options.n_threads is not None and options.n_threads < 1:

@@ -48,7 +48,11 @@ class TinyConfig:
 
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable character map."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(0xA1, 0xAC + 1))
+        + list(range(0xAE, 0xFF + 1))
+    )
     chars = list(printable)
     extra = 0
     for b in range(256):
@@ -56,14 +60,16 @@ def _bytes_to_unicode() -> dict[int, str]:
             printable.append(b)
             chars.append(256 + extra)
             extra += 1
-    return {b: chr(c) for b, c in zip(printable, chars)}
+    return {b: chr(c) for b, c in zip(printable, chars, strict=False)}
 
 
 def build_vocab(n_merges: int) -> tuple[list[str], list[str]]:
     """Byte tokens + greedy BPE merges learned on a small built-in corpus."""
     byte_map = _bytes_to_unicode()
     tokens = [byte_map[b] for b in range(256)]
-    words = [[byte_map[b] for b in w.encode()] for w in re.findall(r" ?\w+| ?[^\w\s]+|\s+", _CORPUS)]
+    words = [
+        [byte_map[b] for b in w.encode()] for w in re.findall(r" ?\w+| ?[^\w\s]+|\s+", _CORPUS)
+    ]
     merges: list[str] = []
     for _ in range(n_merges):
         pairs = Counter((w[i], w[i + 1]) for w in words for i in range(len(w) - 1))
@@ -89,7 +95,9 @@ def _merge(word: list[str], a: str, b: str) -> list[str]:
     return out
 
 
-def _weights(cfg: TinyConfig, n_vocab: int, n_layer: int, divergence: float, seed: int) -> dict[str, np.ndarray]:
+def _weights(
+    cfg: TinyConfig, n_vocab: int, n_layer: int, divergence: float, seed: int
+) -> dict[str, np.ndarray]:
     """Random weights; blocks beyond cfg.n_layer are scaled by `divergence` on their outputs."""
     rng = np.random.default_rng(seed)
     head_dim = cfg.n_embd // cfg.n_head
@@ -117,8 +125,14 @@ def _weights(cfg: TinyConfig, n_vocab: int, n_layer: int, divergence: float, see
     return w
 
 
-def write_model(path: str | Path, cfg: TinyConfig = TinyConfig(), *, extra_layers: int = 0,
-                divergence: float = 0.0, name: str = "tiny-llama") -> Path:
+def write_model(
+    path: str | Path,
+    cfg: TinyConfig = TinyConfig(),
+    *,
+    extra_layers: int = 0,
+    divergence: float = 0.0,
+    name: str = "tiny-llama",
+) -> Path:
     """Write a tiny llama-architecture GGUF with a chat template; returns its path."""
     import gguf  # test/bench dependency only
 
@@ -126,9 +140,9 @@ def write_model(path: str | Path, cfg: TinyConfig = TinyConfig(), *, extra_layer
     tokens, merges = build_vocab(cfg.n_merges)
     tokens = tokens + list(SPECIAL_TOKENS)
     n_vocab = len(tokens)
-    token_types = [gguf.TokenType.NORMAL] * (n_vocab - len(SPECIAL_TOKENS)) + [gguf.TokenType.CONTROL] * len(
-        SPECIAL_TOKENS
-    )
+    token_types = [gguf.TokenType.NORMAL] * (n_vocab - len(SPECIAL_TOKENS)) + [
+        gguf.TokenType.CONTROL
+    ] * len(SPECIAL_TOKENS)
     n_layer = cfg.n_layer + extra_layers
 
     writer = gguf.GGUFWriter(str(path), "llama")
@@ -161,12 +175,22 @@ def write_model(path: str | Path, cfg: TinyConfig = TinyConfig(), *, extra_layer
     return path
 
 
-def write_pair(directory: str | Path, cfg: TinyConfig = TinyConfig(), *, extra_layers: int = 2,
-               divergence: float = 0.3) -> tuple[Path, Path]:
+def write_pair(
+    directory: str | Path,
+    cfg: TinyConfig = TinyConfig(),
+    *,
+    extra_layers: int = 2,
+    divergence: float = 0.3,
+) -> tuple[Path, Path]:
     """A (target, draft) pair: the draft is the target without its last `extra_layers` blocks."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    target = write_model(directory / "tiny-target.gguf", cfg, extra_layers=extra_layers,
-                         divergence=divergence, name="tiny-target")
+    target = write_model(
+        directory / "tiny-target.gguf",
+        cfg,
+        extra_layers=extra_layers,
+        divergence=divergence,
+        name="tiny-target",
+    )
     draft = write_model(directory / "tiny-draft.gguf", cfg, name="tiny-draft")
     return target, draft

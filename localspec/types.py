@@ -13,7 +13,7 @@ from typing import Any, Literal, Union
 
 Provenance = Literal["draft", "target"]
 FinishReason = Literal["stop", "length", "cancelled"]
-DraftMax = Union[int, Literal["auto"]]
+DraftMax = Union[int, Literal["auto"]]  # noqa: UP007 - a runtime alias on Python 3.10
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,9 @@ class GenerationStats:
     target_passes: int = 0  # target verification passes during generation
     acceptance_rate: float = 0.0  # accepted / drafted
     mean_accepted_length: float = 0.0  # tokens emitted per target pass (1.0 = plain)
-    accepted_length_histogram: list[int] = field(default_factory=list)  # [n] = steps that accepted n
+    accepted_length_histogram: list[int] = field(
+        default_factory=list
+    )  # [n] = steps that accepted n
     drafted_by_position: list[int] = field(default_factory=list)
     accepted_by_position: list[int] = field(default_factory=list)
     prefill_seconds: float = 0.0
@@ -85,7 +87,8 @@ class GenerationStats:
 
     @property
     def acceptance_by_position(self) -> list[float]:
-        return [a / d if d else 0.0 for a, d in zip(self.accepted_by_position, self.drafted_by_position)]
+        pairs = zip(self.accepted_by_position, self.drafted_by_position, strict=True)
+        return [a / d if d else 0.0 for a, d in pairs]
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

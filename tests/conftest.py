@@ -36,7 +36,9 @@ def tiny_draft_path(tiny_pair: tuple[Path, Path]) -> Path:
 @pytest.fixture(scope="session")
 def other_vocab_model_path(model_dir: Path) -> Path:
     """Same architecture, different vocabulary (fewer merges): not a valid draft."""
-    return write_model(model_dir / "other-vocab.gguf", TinyConfig(n_merges=60, seed=3), name="other")
+    return write_model(
+        model_dir / "other-vocab.gguf", TinyConfig(n_merges=60, seed=3), name="other"
+    )
 
 
 @pytest.fixture(scope="session")

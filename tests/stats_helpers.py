@@ -14,7 +14,9 @@ from scipy import stats
 P_VALUE_FLOOR = 1e-4
 
 
-def chi_square_pvalue(samples: Sequence[int], probs: Mapping[int, float], min_expected: float = 5.0) -> float:
+def chi_square_pvalue(
+    samples: Sequence[int], probs: Mapping[int, float], min_expected: float = 5.0
+) -> float:
     """Goodness of fit of `samples` to the exact distribution `probs` (token -> probability).
 
     Tokens whose expected count is below `min_expected` are pooled into one bin; a sample

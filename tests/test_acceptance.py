@@ -39,7 +39,7 @@ def correction_from_p_rule(drafts: list[int], seed: int) -> list[int]:
     """A subtle bug: right acceptance test, but the correction is drawn from p, not p - q."""
     rng = np.random.default_rng(seed)
     emitted = []
-    for d, p, q in zip(drafts, (P0, P1), (Q0, Q1)):
+    for d, p, q in zip(drafts, (P0, P1), (Q0, Q1), strict=False):
         if rng.random() < min(1.0, p[d] / q[d]):
             emitted.append(d)
             continue
@@ -115,13 +115,23 @@ def test_same_seed_same_decision() -> None:
 
 def test_warp_top_k_top_p_min_p() -> None:
     logits = np.log(np.array([0.5, 0.2, 0.15, 0.1, 0.05], dtype=np.float32))
-    ids, probs = _core.warp(logits, _core.SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0))
+    ids, probs = _core.warp(
+        logits, _core.SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+    )
     assert ids == [0, 1, 2, 3, 4] and probs == pytest.approx([0.5, 0.2, 0.15, 0.1, 0.05], rel=1e-5)
-    ids, _ = _core.warp(logits, _core.SamplingParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0))
+    ids, _ = _core.warp(
+        logits, _core.SamplingParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
+    )
     assert ids == [0, 1, 2]
-    ids, _ = _core.warp(logits, _core.SamplingParams(temperature=1.0, top_k=0, top_p=0.8, min_p=0.0))
+    ids, _ = _core.warp(
+        logits, _core.SamplingParams(temperature=1.0, top_k=0, top_p=0.8, min_p=0.0)
+    )
     assert ids == [0, 1, 2]  # 0.5 + 0.2 < 0.8 <= 0.85
-    ids, _ = _core.warp(logits, _core.SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.25))
+    ids, _ = _core.warp(
+        logits, _core.SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.25)
+    )
     assert ids == [0, 1, 2]  # >= 0.25 * 0.5
-    _, probs = _core.warp(logits, _core.SamplingParams(temperature=0.5, top_k=2, top_p=1.0, min_p=0.0))
+    _, probs = _core.warp(
+        logits, _core.SamplingParams(temperature=0.5, top_k=2, top_p=1.0, min_p=0.0)
+    )
     assert probs == pytest.approx([0.25 / 0.29, 0.04 / 0.29], rel=1e-4)  # squared, renormalised

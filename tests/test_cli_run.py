@@ -13,7 +13,10 @@ import pytest
 def localspec(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "localspec.cli", *args],
-        input=stdin, capture_output=True, text=True, timeout=120,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -24,15 +27,27 @@ def run_json(*args: str, stdin: str | None = None) -> dict:
 
 
 def test_json_schema_and_lossless_greedy(tiny_model_path: Path, tiny_draft_path: Path) -> None:
-    common = ["the quick brown fox", "--target", str(tiny_model_path), "--temperature", "0",
-              "--max-tokens", "32"]
+    common = [
+        "the quick brown fox",
+        "--target",
+        str(tiny_model_path),
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "32",
+    ]
     plain = run_json(*common, "--draft", "none")
     for drafter in (str(tiny_draft_path), "ngram", str(tiny_model_path)):
         out = run_json(*common, "--draft", drafter, "--draft-max", "4")
         assert set(out) >= {"text", "tokens", "provenance", "stats", "finish_reason"}
         assert set(out["stats"]) >= {
-            "drafted", "accepted", "acceptance_rate", "mean_accepted_length", "target_passes",
-            "n_tokens", "tokens_per_second",
+            "drafted",
+            "accepted",
+            "acceptance_rate",
+            "mean_accepted_length",
+            "target_passes",
+            "n_tokens",
+            "tokens_per_second",
         }
         assert set(out["provenance"]) <= {"draft", "target"}
         assert len(out["provenance"]) == len(out["tokens"]) == out["stats"]["n_tokens"]
@@ -43,12 +58,16 @@ def test_json_schema_and_lossless_greedy(tiny_model_path: Path, tiny_draft_path:
 
 def test_prompt_from_stdin(tiny_model_path: Path) -> None:
     args = ["--target", str(tiny_model_path), "--temperature", "0", "--max-tokens", "8"]
-    assert run_json("-", *args, stdin="hello world")["tokens"] == run_json("hello world", *args)["tokens"]
+    assert (
+        run_json("-", *args, stdin="hello world")["tokens"]
+        == run_json("hello world", *args)["tokens"]
+    )
 
 
 def test_streaming_output_prints_text_and_stats(tiny_model_path: Path) -> None:
-    proc = localspec("run", "hello", "--target", str(tiny_model_path), "--temperature", "0",
-                     "--max-tokens", "8")
+    proc = localspec(
+        "run", "hello", "--target", str(tiny_model_path), "--temperature", "0", "--max-tokens", "8"
+    )
     assert proc.returncode == 0, proc.stderr
     assert "8 tokens" in proc.stderr and "accepted" in proc.stderr
 
@@ -61,7 +80,9 @@ def expect_user_error(proc: subprocess.CompletedProcess[str], *fragments: str) -
 
 
 def test_missing_file(tmp_path: Path) -> None:
-    expect_user_error(localspec("run", "hi", "--target", str(tmp_path / "nope.gguf")), "does not exist")
+    expect_user_error(
+        localspec("run", "hi", "--target", str(tmp_path / "nope.gguf")), "does not exist"
+    )
 
 
 def test_not_gguf(tmp_path: Path) -> None:
@@ -81,13 +102,17 @@ def test_truncated_gguf(tmp_path: Path, tiny_model_path: Path) -> None:
 def test_truncated_draft(tmp_path: Path, tiny_model_path: Path, tiny_draft_path: Path) -> None:
     trunc = tmp_path / "draft.gguf"
     trunc.write_bytes(tiny_draft_path.read_bytes()[:5000])
-    expect_user_error(localspec("run", "hi", "--target", str(tiny_model_path), "--draft", str(trunc)),
-                      "truncated")
+    expect_user_error(
+        localspec("run", "hi", "--target", str(tiny_model_path), "--draft", str(trunc)), "truncated"
+    )
 
 
-def test_vocabulary_mismatch_names_first_differing_token(tiny_model_path: Path,
-                                                          other_vocab_model_path: Path) -> None:
-    proc = localspec("run", "hi", "--target", str(tiny_model_path), "--draft", str(other_vocab_model_path))
+def test_vocabulary_mismatch_names_first_differing_token(
+    tiny_model_path: Path, other_vocab_model_path: Path
+) -> None:
+    proc = localspec(
+        "run", "hi", "--target", str(tiny_model_path), "--draft", str(other_vocab_model_path)
+    )
     expect_user_error(proc, "cannot draft", "token ")
     # The message names an id and both texts.
     assert "in the target but" in proc.stderr and "in the draft" in proc.stderr

@@ -8,8 +8,15 @@ import pytest
 from localspec import _core
 
 
-def simulate(controller: _core.DraftController, accept: float, draft_cost: float, verify, steps: int,
-             seed: int = 0, available: int | None = None) -> list[int]:
+def simulate(
+    controller: _core.DraftController,
+    accept: float,
+    draft_cost: float,
+    verify,
+    steps: int,
+    seed: int = 0,
+    available: int | None = None,
+) -> list[int]:
     """Run `steps` steps against a made-up machine; return the k chosen at each step.
 
     verify(rows) gives the seconds of a target pass; each drafted token costs draft_cost;
@@ -31,6 +38,7 @@ def simulate(controller: _core.DraftController, accept: float, draft_cost: float
 def optimum(accept: float, draft_cost: float, verify, k_max: int) -> int:
     def rate(k: int) -> float:
         return (1 - accept ** (k + 1)) / (1 - accept) / (k * draft_cost + verify(k + 1))
+
     return max(range(k_max + 1), key=rate)
 
 

@@ -18,12 +18,14 @@ GREEDY = GenerationParams(temperature=0.0, max_tokens=48)
 TIE_TOLERANCE = 1e-4  # top-2 logit gap that counts as a numerical tie (DESIGN.md §3)
 
 
-def assert_same_or_tie(reference: Engine, prompt: str, expected: list[int], actual: list[int]) -> None:
+def assert_same_or_tie(
+    reference: Engine, prompt: str, expected: list[int], actual: list[int]
+) -> None:
     """Greedy outputs must be identical; a divergence is allowed only where the target's top-2
     logits are within TIE_TOLERANCE at that position."""
     if expected == actual:
         return
-    diffs = [i for i, (a, b) in enumerate(zip(expected, actual)) if a != b]
+    diffs = [i for i, (a, b) in enumerate(zip(expected, actual, strict=False)) if a != b]
     j = diffs[0] if diffs else min(len(expected), len(actual))
     prefix = reference.tokenize(prompt) + expected[:j]
     logits = reference.next_token_logits(prefix)
@@ -73,7 +75,9 @@ def test_statistics_are_consistent(engines) -> None:
     assert s.accepted + s.rejected == s.drafted
     assert sum(s.accepted_length_histogram) == s.target_passes
     assert sum(n * c for n, c in enumerate(s.accepted_length_histogram)) == s.accepted
-    assert result.provenance.count("draft") == s.accepted - (s.accepted + s.target_passes - s.n_tokens)
+    assert result.provenance.count("draft") == s.accepted - (
+        s.accepted + s.target_passes - s.n_tokens
+    )
     assert s.mean_accepted_length == pytest.approx(s.n_tokens / s.target_passes)
     assert s.acceptance_by_position[0] >= 0.0 and len(s.drafted_by_position) <= 4
     assert s.tokens_per_second > 0 and s.generation_seconds > 0
@@ -105,8 +109,9 @@ def test_stream_chunks_add_up_to_the_result(engines) -> None:
 def test_seeded_sampling_is_reproducible(engines) -> None:
     """Same seed, same output for a fixed draft length. (With draft_max="auto" the draft
     lengths follow measured timings, so a seed fixes the distribution, not the sample.)"""
-    params = GenerationParams(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, max_tokens=32, seed=7,
-                              draft_max=4)
+    params = GenerationParams(
+        temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, max_tokens=32, seed=7, draft_max=4
+    )
     for name in ("none", "ngram", "model", "hybrid"):
         a = engines[name].generate(PROMPTS[0], params)
         b = engines[name].generate(PROMPTS[0], params)
@@ -121,8 +126,11 @@ def test_stop_strings_and_max_tokens(engines) -> None:
     assert full.finish_reason == "length" and len(full.tokens) == GREEDY.max_tokens
     # Pick a stop string from the middle of the greedy text; the output must end right before it.
     text = full.text
-    stop = next(text[i : i + 3] for i in range(5, len(text) - 3) if text[i : i + 3].isascii()
-                and text[i : i + 3].strip())
+    stop = next(
+        text[i : i + 3]
+        for i in range(5, len(text) - 3)
+        if text[i : i + 3].isascii() and text[i : i + 3].strip()
+    )
     cut = engines["model"].generate(PROMPTS[3], GREEDY, stop=(stop,))
     assert cut.finish_reason == "stop"
     assert cut.text == text[: text.index(stop)]
@@ -130,7 +138,9 @@ def test_stop_strings_and_max_tokens(engines) -> None:
 
 def test_cancel_stops_within_one_step(engines) -> None:
     engine = engines["ngram"]
-    handle = engine.submit(PROMPTS[0], GenerationParams(temperature=0.0, max_tokens=500, ignore_eos=True))
+    handle = engine.submit(
+        PROMPTS[0], GenerationParams(temperature=0.0, max_tokens=500, ignore_eos=True)
+    )
     for _chunk in handle:
         handle.cancel()
     result = handle.result()

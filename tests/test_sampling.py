@@ -31,7 +31,7 @@ def exact(engine: Engine, tokens: list[int]) -> dict[int, float]:
         temperature=PARAMS.temperature, top_k=PARAMS.top_k, top_p=PARAMS.top_p, min_p=PARAMS.min_p
     )
     ids, probs = _core.warp(engine.next_token_logits(tokens), sp)
-    return dict(zip(ids, probs))
+    return dict(zip(ids, probs, strict=False))
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,9 @@ def test_first_two_tokens_follow_the_target_distribution(engines, drafter: str) 
     prompt = engine.tokenize(PROMPTS[drafter])
     outputs = [engine.generate(prompt, PARAMS, seed=seed, draft_max=3) for seed in range(N_SEEDS)]
     assert sum(o.stats.drafted for o in outputs) > N_SEEDS // 2, "the drafter must actually draft"
-    assert sum(o.stats.rejected for o in outputs) > 0, "rejections must occur for the test to mean much"
+    assert sum(o.stats.rejected for o in outputs) > 0, (
+        "rejections must occur for the test to mean much"
+    )
 
     first = [o.tokens[0] for o in outputs]
     assert chi_square_pvalue(first, exact(engine, prompt)) > P_VALUE_FLOOR

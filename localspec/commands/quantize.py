@@ -10,14 +10,26 @@ from localspec import _core
 from localspec.errors import InvalidParameterError
 from localspec.loading import check_model_path
 
-TYPES = ("Q4_K_M", "Q4_K_S", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "Q3_K_M", "Q2_K", "F16", "BF16", "F32")
+TYPES = (
+    "Q4_K_M",
+    "Q4_K_S",
+    "Q5_K_M",
+    "Q6_K",
+    "Q8_0",
+    "Q4_0",
+    "Q3_K_M",
+    "Q2_K",
+    "F16",
+    "BF16",
+    "F32",
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser(
         "quantize",
         help="quantize a GGUF (re-quantization allowed)",
-        description="Write OUT as a copy of IN quantized to --type, through llama.cpp's quantize API.",
+        description="Write OUT as a copy of IN quantized to --type (llama.cpp quantize API).",
     )
     parser.add_argument("input", help="source GGUF")
     parser.add_argument("output", help="destination GGUF")
@@ -26,7 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.set_defaults(func=run)
 
 
-def quantize(input_path: str | Path, output_path: str | Path, type_name: str, threads: int = 0) -> Path:
+def quantize(
+    input_path: str | Path, output_path: str | Path, type_name: str, threads: int = 0
+) -> Path:
     check_model_path(str(input_path), "input")
     out = Path(output_path)
     if out.resolve() == Path(input_path).resolve():

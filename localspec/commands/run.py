@@ -18,17 +18,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     parser.add_argument("prompt", help="the prompt text, or - to read it from standard input")
     add_model_arguments(parser, pair_option=True)
-    parser.add_argument("--draft-max", type=draft_max_arg, default=None, help="longest draft per step, or auto")
+    parser.add_argument(
+        "--draft-max", type=draft_max_arg, default=None, help="longest draft per step, or auto"
+    )
     parser.add_argument("--max-tokens", type=int, default=256)
-    parser.add_argument("--temperature", type=float, default=None, help="0 = greedy (default: the pair's, else 0.8)")
+    parser.add_argument(
+        "--temperature", type=float, default=None, help="0 = greedy (default: the pair's, else 0.8)"
+    )
     parser.add_argument("--top-k", type=int, default=40)
     parser.add_argument("--top-p", type=float, default=0.95)
     parser.add_argument("--min-p", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    parser.add_argument("--ignore-eos", action="store_true", help="generate exactly --max-tokens tokens")
+    parser.add_argument(
+        "--ignore-eos", action="store_true", help="generate exactly --max-tokens tokens"
+    )
     parser.add_argument("--no-speculation", action="store_true", help="plain target-only decoding")
-    parser.add_argument("--json", action="store_true", help="print one JSON object (schema in README)")
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object (schema in README)"
+    )
     parser.set_defaults(func=run)
 
 
@@ -75,4 +83,3 @@ def summary_line(stats: GenerationStats, drafter: str) -> str:
         f"({stats.acceptance_rate:.0%}), mean accepted length {stats.mean_accepted_length:.2f}, "
         f"{stats.target_passes} target passes]"
     )
-
