@@ -19,7 +19,8 @@ from localspec.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = (
-    "List the planets of the solar system, one per line.",
+    "What is the capital of France?",
+    "Name three planets of the solar system.",
 )
 
 
@@ -34,7 +35,10 @@ async def main(questions: list[str]) -> None:
     pair = registry.resolve_pair(None)
     engine = Engine.load(pair.target, pair.drafter, n_ctx=pair.n_ctx)
     settings = ui.ChatSettings(temperature=0.0, seed=1, max_tokens=160, draft_max="auto")
-    app = ui.ChatApp(engine, settings=settings, pair=pair.name)
+    app = ui.ChatApp(
+        engine, settings=settings, pair=pair.name, chat_template=pair.chat_template,
+        chat_stop=pair.stop,
+    )
     try:
         async with app.run_test(size=(100, 32)) as pilot:
             screen = app.chat_screen

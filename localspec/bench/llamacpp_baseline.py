@@ -107,10 +107,13 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 
     num_pred = job.get("num_pred_tokens")
     if num_pred is None:
-        num_pred = GPU_NUM_PRED_TOKENS if llama_cpp.llama_supports_gpu_offload() else CPU_NUM_PRED_TOKENS
+        gpu = llama_cpp.llama_supports_gpu_offload()
+        num_pred = GPU_NUM_PRED_TOKENS if gpu else CPU_NUM_PRED_TOKENS
     ngram = int(job.get("max_ngram_size", 2))
-    lookup = _CountingLookup(LlamaPromptLookupDecoding(max_ngram_size=ngram, num_pred_tokens=num_pred))
-    common = {"n_ctx": job["n_ctx"], "n_threads": job["n_threads"], "n_threads_batch": job["n_threads"],
+    lookup = _CountingLookup(
+        LlamaPromptLookupDecoding(max_ngram_size=ngram, num_pred_tokens=num_pred))
+    threads = job["n_threads"]
+    common = {"n_ctx": job["n_ctx"], "n_threads": threads, "n_threads_batch": threads,
               "n_gpu_layers": job.get("n_gpu_layers", -1), "verbose": False}
     arms = {"plain": (llama_cpp.Llama(job["model"], **common), None),
             "prompt-lookup": (llama_cpp.Llama(job["model"], draft_model=lookup, **common), lookup)}

@@ -23,6 +23,7 @@ def write_plot(report: Report, path: str) -> None:
     left.tick_params(axis="x", rotation=30)
     hist = report.accepted_length_histogram
     right.bar(range(len(hist)), hist, color="#55a868")
+    right.set_xticks(range(len(hist)))
     right.set_xlabel("drafted tokens accepted in a target pass")
     right.set_ylabel("passes")
     right.set_title("accepted length")

@@ -43,7 +43,7 @@ TIE_TOLERANCE = 0.02  # logits; quantized CPU matmuls differ by ~1e-3 between ba
 
 def divergence_gap(engine: Engine, prompt: str, expected: list[int], actual: list[int]) -> float:
     """Top-2 logit gap of the target where `actual` first departs from `expected`."""
-    j = next((i for i, (a, b) in enumerate(zip(expected, actual)) if a != b), None)
+    j = next((i for i, (a, b) in enumerate(zip(expected, actual, strict=False)) if a != b), None)
     if j is None:
         return 0.0
     top2 = np.sort(engine.next_token_logits(engine.tokenize(prompt) + expected[:j]))[-2:]

@@ -24,10 +24,16 @@ def _cells(row: Row) -> list[str]:
     ]
 
 
+def _add_columns(table: Table, columns: Sequence[str]) -> None:
+    """The first column holds the labels: never wrapped, cut with an ellipsis past 32."""
+    table.add_column(columns[0], justify="left", no_wrap=True, max_width=32, overflow="ellipsis")
+    for name in columns[1:]:
+        table.add_column(name, justify="right")
+
+
 def _table(title: str, rows: Sequence[Row]) -> Table:
     table = Table(title=title, title_justify="left")
-    for i, name in enumerate(COLUMNS):
-        table.add_column(name, justify="left" if i == 0 else "right")
+    _add_columns(table, COLUMNS)
     for row in rows:
         table.add_row(*_cells(row))
     return table
@@ -39,29 +45,34 @@ def print_report(report: Report, console: Console, *, per_prompt: bool) -> None:
     console.print(_table("per category", report.categories + [report.overall]))
 
 
-BASELINE_COLUMNS = ("", "llama-cpp-python plain tok/s", "llama-cpp-python prompt-lookup tok/s",
-                    "lookup accept %", "localspec plain tok/s", "localspec spec tok/s",
-                    "plain vs plain", "localspec n-gram vs llama-cpp-python prompt lookup",
-                    "same output")
+BASELINE_COLUMNS = ("", "lcp plain tok/s", "lcp lookup tok/s", "lookup accept %",
+                    "localspec plain tok/s", "localspec spec tok/s", "plain vs plain",
+                    "spec vs lookup", "same plain output")
 
 
-def print_baseline(baseline: Baseline, console: Console) -> None:
+def print_baseline(baseline: Baseline, console: Console, *, drafter: str = "ngram") -> None:
     """llama-cpp-python's arms next to localspec's, or the sentence saying why not."""
     if baseline.error is not None:
         console.print(f"llama-cpp-python baseline skipped: {baseline.error}.")
         return
-    table = Table(title=f"baseline: llama-cpp-python {baseline.llama_cpp_version} "
-                  f"(prompt lookup: num_pred_tokens={baseline.num_pred_tokens}, "
-                  f"max_ngram_size={baseline.max_ngram_size})", title_justify="left")
-    for i, name in enumerate(BASELINE_COLUMNS):
-        table.add_column(name, justify="left" if i == 0 else "right")
+    spec = "localspec n-gram" if drafter == "ngram" else "localspec speculative"
+    table = Table(
+        title=f"baseline: llama-cpp-python {baseline.llama_cpp_version} (lcp); prompt lookup with "
+        f"num_pred_tokens={baseline.num_pred_tokens}, max_ngram_size={baseline.max_ngram_size}",
+        caption=f"spec vs lookup = {spec} vs llama-cpp-python prompt lookup (tokens/s ratio); "
+        "plain vs plain = localspec plain / llama-cpp-python plain; same plain output = prompts "
+        "whose llama-cpp-python plain output equals localspec's (near-ties may flip between the "
+        "two)",
+        title_justify="left", caption_justify="left",
+    )
     rows = baseline.categories + ([baseline.overall] if baseline.overall else [])
+    _add_columns(table, BASELINE_COLUMNS)
     for row in rows:
         table.add_row(
             row.label, f"{row.llamacpp_plain_tps:.1f}", f"{row.llamacpp_lookup_tps:.1f}",
             f"{row.lookup_acceptance_rate:.0%}", f"{row.localspec_plain_tps:.1f}",
             f"{row.localspec_speculative_tps:.1f}", f"{row.plain_vs_plain:.2f}x",
-            f"{row.speculative_vs_lookup:.2f}x", row.same_as_localspec,
+            f"{row.speculative_vs_lookup:.2f}x", f"{row.plain_outputs_same}/{row.n_prompts}",
         )
     console.print(table)
 
@@ -74,8 +85,7 @@ def print_theory(rows: Sequence[TheoryRow], console: Console) -> None:
     """Measured speedup next to S = E / (k*c + v(k+1)) (DESIGN §4)."""
     table = Table(title="synthetic pair: speed limit S = E / (k*c + v(k+1)), "
                   "E = (1 - a^(k+1)) / (1 - a)", title_justify="left")
-    for i, name in enumerate(THEORY_COLUMNS):
-        table.add_column(name, justify="left" if i == 0 else "right")
+    _add_columns(table, THEORY_COLUMNS)
     for row in rows:
         c = row.costs
         table.add_row(

@@ -65,12 +65,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     synthetic = parser.add_argument_group("synthetic pair (--synthetic)")
     synthetic.add_argument("--synthetic", action="store_true",
                            help="benchmark a generated target/draft pair against the theory")
-    synthetic.add_argument("--agreement-divergence", type=float, default=0.3,
-                           help="weight of the target's extra blocks (0: draft always agrees)")
-    synthetic.add_argument("--extra-layers", type=int, default=2,
-                           help="blocks the target has beyond the draft's")
-    synthetic.add_argument("--synthetic-layers", type=int, default=4, help="the draft's blocks")
-    synthetic.add_argument("--synthetic-embd", type=int, default=256, help="model width")
+    synthetic.add_argument("--agreement-divergence", type=float, default=SyntheticSpec.divergence,
+                           help="weight of the target's extra blocks (0: draft always agrees; "
+                           "default %(default)s)")
+    synthetic.add_argument("--extra-layers", type=int, default=SyntheticSpec.extra_layers,
+                           help="blocks the target has beyond the draft's (default %(default)s)")
+    synthetic.add_argument("--synthetic-layers", type=int, default=SyntheticSpec.n_layer,
+                           help="the draft's blocks (default %(default)s)")
+    synthetic.add_argument("--synthetic-embd", type=int, default=SyntheticSpec.n_embd,
+                           help="model width, a multiple of 32 (default %(default)s)")
     parser.set_defaults(func=run)
 
 
@@ -134,8 +137,10 @@ def run(args: argparse.Namespace) -> int:
     if args.repeat < 1:
         raise InvalidParameterError(f"--repeat {args.repeat} is invalid: use 1 or more.")
     if args.baseline_num_pred_tokens is not None and args.baseline_num_pred_tokens < 1:
-        raise InvalidParameterError(
-            f"--baseline-num-pred-tokens {args.baseline_num_pred_tokens} is invalid: use 1 or more.")
+        raise InvalidParameterError(f"--baseline-num-pred-tokens {args.baseline_num_pred_tokens} "
+                                    "is invalid: use 1 or more.")
+    if args.baseline and args.temperature > 0:
+        raise InvalidParameterError("--baseline compares greedy decoding: use --temperature 0.")
     draft_max = _draft_max(args)
     categories = args.categories.split(",") if args.categories else None
     limit = args.limit if args.limit is not None or not args.synthetic else SYNTHETIC_LIMIT
@@ -178,7 +183,7 @@ def _show(args: argparse.Namespace, header: dict[str, Any], outcome: Outcome) ->
             out["theory"] = [row.to_dict() for row in outcome.theory]
         print(json.dumps(out))
         return
-    console = Console(width=max(Console().width, 132))
+    console = Console(width=max(Console().width, 140))
     console.print(f"target {header['target']} | drafter {header['drafter']} | "
                   f"{header['max_tokens']} tokens | temperature {header['temperature']} | "
                   f"draft {header['draft_max']} | {header['repeat']} repeat(s)")
@@ -186,4 +191,4 @@ def _show(args: argparse.Namespace, header: dict[str, Any], outcome: Outcome) ->
     if outcome.theory is not None:
         print_theory(outcome.theory, console)
     if outcome.baseline is not None:
-        print_baseline(outcome.baseline, console)
+        print_baseline(outcome.baseline, console, drafter=header["drafter"])
