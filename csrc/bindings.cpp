@@ -114,15 +114,23 @@ public:
         d["tokens"] = result.tokens;
         d["provenance"] = provenance_ints(result.provenance);
         d["finish_reason"] = result.finish_reason;
+        d["pass_rows"] = result.pass_rows;
+        d["pass_emitted"] = result.pass_emitted;
         d["stats"] = stats_to_dict(result.stats);
         return d;
     }
 
-    py::array_t<float> next_token_logits(const std::vector<Token>& tokens) {
+    int replay_greedy(const std::vector<Token>& prompt, const std::vector<Token>& tokens,
+                      const std::vector<int>& rows, const std::vector<int>& emitted) {
+        py::gil_scoped_release release;
+        return engine().replay_greedy(prompt, tokens, rows, emitted);
+    }
+
+    py::array_t<float> next_token_logits(const std::vector<Token>& tokens, int batch_rows) {
         std::vector<float> logits;
         {
             py::gil_scoped_release release;
-            logits = engine().next_token_logits(tokens);
+            logits = engine().next_token_logits(tokens, batch_rows);
         }
         return py::array_t<float>(static_cast<py::ssize_t>(logits.size()), logits.data());
     }
@@ -181,6 +189,7 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("draft_max", &GenerateRequest::draft_max)
         .def_readwrite("ignore_eos", &GenerateRequest::ignore_eos)
         .def_readwrite("adaptive", &GenerateRequest::adaptive)
+        .def_readwrite("reuse_cache", &GenerateRequest::reuse_cache)
         .def_readwrite("stop", &GenerateRequest::stop);
 
     py::class_<SamplingParams>(m, "SamplingParams")
@@ -195,7 +204,8 @@ PYBIND11_MODULE(_core, m) {
     py::class_<Core>(m, "Core")
         .def(py::init<const EngineOptions&>())
         .def("generate", &Core::generate, py::arg("request"), py::arg("on_chunk") = py::none())
-        .def("next_token_logits", &Core::next_token_logits)
+        .def("next_token_logits", &Core::next_token_logits, py::arg("tokens"), py::arg("batch_rows") = 1)
+        .def("replay_greedy", &Core::replay_greedy)
         .def("tokenize", [](Core& c, const std::string& text, bool add_special, bool parse_special) {
             return c.engine().target().tokenize(text, add_special, parse_special);
         })

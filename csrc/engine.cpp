@@ -92,6 +92,7 @@ SpecEngine::StepResult SpecEngine::speculative_step(std::vector<Token>& history,
     std::vector<Token> batch{history.back()};
     batch.insert(batch.end(), drafted.begin(), drafted.end());
     const int n_rows = static_cast<int>(batch.size());
+    out.rows = n_rows;
     target_.decode(batch, n_rows);
 
     // 3. Accept: n drafts kept, plus one correction (after a rejection) or bonus token.
@@ -140,6 +141,10 @@ GenerateResult SpecEngine::generate(const GenerateRequest& request, const ChunkC
 
     // Prefill: both caches take the prompt except its last token, which the first step verifies.
     const auto start = Clock::now();
+    if (!request.reuse_cache) {
+        target_.truncate(0);
+        if (drafter_) drafter_->rollback({});
+    }
     target_.sync(std::vector<Token>(history.begin(), history.end() - 1), 0);
     if (drafter_) drafter_->prefill(history);
     stats.prefill_seconds = seconds_since(start);
@@ -157,6 +162,8 @@ GenerateResult SpecEngine::generate(const GenerateRequest& request, const ChunkC
                                             request.max_tokens - stats.n_tokens - 1}));
         stats.draft_max = k;
         StepResult step = speculative_step(history, k, request.sampling, rng, stats);
+        result.pass_rows.push_back(step.rows);
+        result.pass_emitted.push_back(static_cast<int>(step.tokens.size()));
         const int n_accepted = static_cast<int>(step.tokens.size()) - 1;  // + 1 target token
         controller_.observe(step.drafted, n_accepted, step.draft_seconds, step.verify_seconds);
 
@@ -204,13 +211,46 @@ GenerateResult SpecEngine::generate(const GenerateRequest& request, const ChunkC
     return result;
 }
 
-std::vector<float> SpecEngine::next_token_logits(const std::vector<Token>& tokens) {
+std::vector<float> SpecEngine::next_token_logits(const std::vector<Token>& tokens, int batch_rows) {
     GenerateRequest probe;
     probe.prompt = tokens;
     check_request(probe);
-    target_.sync(tokens, 1);
-    const float* row = target_.logits(0);
+    const size_t rows = static_cast<size_t>(std::clamp(batch_rows, 1, static_cast<int>(tokens.size())));
+    const std::vector<Token> head(tokens.begin(), tokens.end() - static_cast<long>(rows));
+    target_.sync(head, 0);
+    target_.decode(std::vector<Token>(tokens.end() - static_cast<long>(rows), tokens.end()), static_cast<int>(rows));
+    const float* row = target_.logits(static_cast<int>(rows) - 1);
     return std::vector<float>(row, row + target_.n_vocab());
+}
+
+int SpecEngine::replay_greedy(const std::vector<Token>& prompt, const std::vector<Token>& tokens,
+                              const std::vector<int>& pass_rows, const std::vector<int>& pass_emitted) {
+    GenerateRequest probe;
+    probe.prompt = prompt;
+    check_request(probe);
+    target_.truncate(0);
+    std::vector<Token> history = prompt;
+    target_.decode(std::vector<Token>(history.begin(), history.end() - 1), 0);
+    size_t next = 0;  // index of the next emitted token to check
+    for (size_t pass = 0; pass < pass_rows.size() && next < tokens.size(); ++pass) {
+        // [last, the tokens this pass emitted, filler up to the pass's rows]: rows after the
+        // checked ones cannot influence them (causal attention), they only give the same shape.
+        const int rows = pass_rows[pass];
+        std::vector<Token> batch{history.back()};
+        for (int i = 1; i < rows; ++i) {
+            const size_t idx = next + static_cast<size_t>(i) - 1;
+            batch.push_back(idx < tokens.size() ? tokens[idx] : history.back());
+        }
+        const size_t kept = history.size() - 1;
+        target_.decode(batch, rows);
+        const int n = std::min(pass_emitted[pass], rows);
+        for (int i = 0; i < n && next < tokens.size(); ++i, ++next) {
+            if (argmax(target_.logits(i), target_.n_vocab()) != tokens[next]) return static_cast<int>(next);
+            history.push_back(tokens[next]);
+        }
+        target_.truncate(kept + static_cast<size_t>(n));
+    }
+    return -1;
 }
 
 }  // namespace localspec

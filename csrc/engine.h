@@ -40,6 +40,7 @@ struct GenerateRequest {
     int draft_max = 5;     // the longest draft per step; 0 = plain decoding
     bool adaptive = true;  // let the controller pick k in [0, draft_max] each step
     bool ignore_eos = false;
+    bool reuse_cache = true;  // keep the KV of a common prefix from the previous request
     std::vector<std::string> stop;
 };
 
@@ -60,6 +61,8 @@ struct GenerateResult {
     std::vector<Provenance> provenance;
     std::string finish_reason;  // "stop", "length" or "cancelled"
     GenerationStats stats;
+    // Per target pass: its rows (k + 1) and how many tokens it emitted (accepted + 1).
+    std::vector<int> pass_rows, pass_emitted;
 };
 
 class SpecEngine {
@@ -72,14 +75,23 @@ public:
 
     GenerateResult generate(const GenerateRequest& request, const ChunkCallback& on_chunk);
 
-    // Raw target logits for the token after `tokens` (single-token decode path).
-    std::vector<float> next_token_logits(const std::vector<Token>& tokens);
+    // Raw target logits for the token after `tokens`, computed as in plain decoding (the last
+    // token decoded on its own), or, with batch_rows > 1, as row batch_rows-1 of a verification
+    // batch over the last batch_rows tokens. Batched and single-row passes may differ in the
+    // low bits; comparing the two tells a numerical tie from a real divergence.
+    std::vector<float> next_token_logits(const std::vector<Token>& tokens, int batch_rows = 1);
+
+    // Replays a greedy generation with the same target batch shapes (pass_rows) from a clean
+    // cache and returns the index of the first token that is not the target's argmax there,
+    // or -1. A bug-free engine always gets -1: same shapes, same numerics, same argmax.
+    int replay_greedy(const std::vector<Token>& prompt, const std::vector<Token>& tokens,
+                      const std::vector<int>& pass_rows, const std::vector<int>& pass_emitted);
 
 private:
     struct StepResult {
         std::vector<Token> tokens;
         std::vector<Provenance> provenance;
-        int drafted = 0;
+        int drafted = 0, rows = 0;
         double draft_seconds = 0, verify_seconds = 0;
     };
     StepResult speculative_step(std::vector<Token>& history, int k, const SamplingParams& params,

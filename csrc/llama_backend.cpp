@@ -102,6 +102,7 @@ Model::Model(const ModelOptions& options) : impl_(std::make_unique<Impl>()), pat
     llama_model_params params = llama_model_default_params();
     params.n_gpu_layers = options.n_gpu_layers;
     params.vocab_only = options.vocab_only;
+
     take_last_error();
     impl_->model = llama_model_load_from_file(path_.c_str(), params);
     if (!impl_->model) {
@@ -210,6 +211,10 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
     params.n_threads = threads;
     params.n_threads_batch = threads;
     params.no_perf = true;
+    // Speculation rolls the cache back by up to k positions. A sliding-window cache of
+    // window size only (Gemma 3, Mistral) evicts old positions as new ones arrive, and after a
+    // rollback those would be missing from the window: keep the full-size cache instead.
+    params.swa_full = true;
     take_last_error();
     impl_->ctx = llama_init_from_model(model.impl_->model, params);
     if (!impl_->ctx) {

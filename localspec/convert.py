@@ -28,6 +28,7 @@ def params_to_core(params: GenerationParams, prompt: list[int]) -> _core.Generat
     request.draft_max = draft_max if params.speculative else 0
     request.adaptive = auto
     request.ignore_eos = params.ignore_eos
+    request.reuse_cache = params.reuse_cache
     request.stop = list(params.stop)
     return request
 

@@ -182,9 +182,20 @@ class Engine:
         with self._lock:
             return self._pending
 
-    def next_token_logits(self, tokens: Sequence[int]) -> np.ndarray:
-        """The target's raw logits for the token after `tokens` (runs on the engine thread)."""
-        return self._call(lambda: self._core.next_token_logits(list(tokens)))
+    def next_token_logits(self, tokens: Sequence[int], batch_rows: int = 1) -> np.ndarray:
+        """The target's raw logits for the token after `tokens`, as plain decoding computes them
+        (or, with ``batch_rows`` > 1, as the last row of a verification batch over the last
+        ``batch_rows`` tokens). Runs on the engine thread."""
+        return self._call(lambda: self._core.next_token_logits(list(tokens), batch_rows))
+
+    def replay_greedy(self, prompt: Sequence[int], result: GenerationResult) -> int:
+        """Recompute a greedy `result` with the target alone, in the same batch shapes, from a
+        clean cache: the index of the first token that is not the target's argmax, or -1."""
+        return self._call(
+            lambda: self._core.replay_greedy(
+                list(prompt), list(result.tokens), result.pass_rows, result.pass_emitted
+            )
+        )
 
     def _call(self, fn: Callable[[], _T]) -> _T:
         job = _Job(fn)
@@ -270,6 +281,8 @@ class Engine:
                 provenance=[_PROVENANCE[p] for p in raw["provenance"]],
                 finish_reason=raw["finish_reason"],
                 stats=stats_from_core(raw["stats"]),
+                pass_rows=list(raw["pass_rows"]),
+                pass_emitted=list(raw["pass_emitted"]),
             )
         except LocalspecError as error:
             handle._finish(None, error)

@@ -30,6 +30,7 @@ class GenerationParams:
     draft_max: DraftMax = "auto"  # longest draft per step ("auto": the controller picks); 0: none
     speculative: bool = True  # False: plain target-only decoding
     ignore_eos: bool = False  # benchmarks generate a fixed number of tokens
+    reuse_cache: bool = True  # reuse the KV of a prefix shared with the previous request
 
     def validate(self) -> None:
         """Raise InvalidParameterError with one sentence naming the bad value."""
@@ -113,6 +114,9 @@ class GenerationResult:
     provenance: list[Provenance]
     finish_reason: FinishReason
     stats: GenerationStats
+    # Per target pass: rows verified (k + 1) and tokens emitted (accepted + 1).
+    pass_rows: list[int] = field(default_factory=list)
+    pass_emitted: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {

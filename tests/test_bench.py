@@ -14,7 +14,7 @@ import pytest
 from localspec.bench.baseline import summarize_baseline
 from localspec.bench.llamacpp_baseline import count_accepted
 from localspec.bench.report import summarize
-from localspec.bench.runner import TIE_TOLERANCE, PromptRun
+from localspec.bench.runner import PromptRun
 from localspec.bench.theory import (
     estimate_costs,
     expected_tokens,
@@ -22,6 +22,7 @@ from localspec.bench.theory import (
     rejection_events,
     theoretical_speedup,
 )
+from localspec.lossless import Divergence
 from localspec.prompts import Prompt
 from localspec.types import GenerationStats
 
@@ -53,9 +54,10 @@ def stats(n_tokens: int, seconds: float, steps: Sequence[tuple[int, int]] = (),
 
 
 def prompt_run(pid: str, category: str, plain: GenerationStats, spec: GenerationStats,
-               gaps: Sequence[float] = ()) -> PromptRun:
-    return PromptRun(Prompt(pid, category, "text"), [plain], [spec], identical=not gaps,
-                     divergence_gaps=list(gaps))
+               verdicts: Sequence[str] = ()) -> PromptRun:
+    divergences = [Divergence(3, 1, 2, 0.1, -1 if v == "tie" else 3, v) for v in verdicts]  # type: ignore[arg-type]
+    return PromptRun(Prompt(pid, category, "text"), [plain], [spec], identical=not verdicts,
+                     divergences=divergences)
 
 
 # ---- report arithmetic -----------------------------------------------------------------
@@ -93,8 +95,8 @@ def test_summarize_rows_speedup_and_aggregates() -> None:
 def test_verdicts_yes_tie_no() -> None:
     plain, spec = stats(4, 1.0), stats(4, 1.0, [(1, 1), (1, 1)])
     same = prompt_run("s", "A", plain, spec)
-    tie = prompt_run("t", "A", plain, spec, gaps=[TIE_TOLERANCE / 2])
-    real = prompt_run("n", "B", plain, spec, gaps=[TIE_TOLERANCE / 2, 1.0])
+    tie = prompt_run("t", "A", plain, spec, verdicts=["tie"])
+    real = prompt_run("n", "B", plain, spec, verdicts=["tie", "NO"])
     assert [r.verdict for r in (same, tie, real)] == ["yes", "tie", "NO"]
     report = summarize([same, tie, real])
     assert [row.identical for row in report.prompts] == ["yes", "tie", "NO"]

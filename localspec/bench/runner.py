@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-import numpy as np
-
 from localspec.engine import Engine
+from localspec.lossless import Divergence, compare_greedy
 from localspec.prompts import Prompt
 from localspec.types import GenerationParams, GenerationStats
 
@@ -24,30 +23,20 @@ class PromptRun:
     plain: list[GenerationStats] = field(default_factory=list)
     speculative: list[GenerationStats] = field(default_factory=list)
     identical: bool = True  # speculative tokens == plain tokens in every repeat (greedy)
-    # Where they differed: the target's top-2 logit gap at the first differing position
-    # (a gap within TIE_TOLERANCE is a numerical tie between batched and single-row passes).
-    divergence_gaps: list[float] = field(default_factory=list)
+    # Where they differed, the check of localspec.lossless: "tie" (only the shape of the target
+    # passes differs) or "NO" (a real divergence).
+    divergences: list[Divergence] = field(default_factory=list)
     plain_tokens: list[int] = field(default_factory=list)  # plain output of the first repeat
 
     @property
     def verdict(self) -> str:
-        """"yes" (identical), "tie" (differs only at numerical ties) or "NO"."""
+        """"yes" (identical), "tie" (differs only by numerical ties) or "NO"."""
         if self.identical:
             return "yes"
-        return "tie" if all(g <= TIE_TOLERANCE for g in self.divergence_gaps) else "NO"
+        return "tie" if all(d.verdict == "tie" for d in self.divergences) else "NO"
 
 
 Progress = Callable[[int, int], None]  # (done, total)
-TIE_TOLERANCE = 0.02  # logits; quantized CPU matmuls differ by ~1e-3 between batch shapes
-
-
-def divergence_gap(engine: Engine, prompt: str, expected: list[int], actual: list[int]) -> float:
-    """Top-2 logit gap of the target where `actual` first departs from `expected`."""
-    j = next((i for i, (a, b) in enumerate(zip(expected, actual, strict=False)) if a != b), None)
-    if j is None:
-        return 0.0
-    top2 = np.sort(engine.next_token_logits(engine.tokenize(prompt) + expected[:j]))[-2:]
-    return float(top2[1] - top2[0])
 
 
 def run_comparison(
@@ -59,7 +48,9 @@ def run_comparison(
     progress: Progress | None = None,
 ) -> list[PromptRun]:
     """Generate exactly `params.max_tokens` tokens per run (end-of-generation is ignored)."""
-    fixed = replace(params, ignore_eos=True, seed=params.seed if params.seed is not None else 0)
+    # Every run starts from an empty cache, so that each output can be replayed exactly.
+    seed = params.seed if params.seed is not None else 0
+    fixed = replace(params, ignore_eos=True, seed=seed, reuse_cache=False)
     plain = replace(fixed, speculative=False)
     warm = replace(fixed, max_tokens=min(8, fixed.max_tokens))
     if prompts:
@@ -77,14 +68,16 @@ def run_comparison(
             for name, arm_params in arms:
                 result = engine.generate(prompt.text, arm_params)
                 getattr(run, name).append(result.stats)
-                outputs[name] = result.tokens
+                outputs[name] = result
+            plain_tokens, spec = outputs["plain"].tokens, outputs["speculative"]
             if r == 0:
-                run.plain_tokens = list(outputs["plain"])
-            if params.temperature == 0 and outputs["plain"] != outputs["speculative"]:
+                run.plain_tokens = list(plain_tokens)
+            if params.temperature == 0 and plain_tokens != spec.tokens:
                 run.identical = False
-                run.divergence_gaps.append(
-                    divergence_gap(engine, prompt.text, outputs["plain"], outputs["speculative"])
-                )
+                prompt_tokens = engine.tokenize(prompt.text)
+                divergence = compare_greedy(engine, prompt_tokens, plain_tokens, spec)
+                if divergence is not None:
+                    run.divergences.append(divergence)
             done += 1
             if progress:
                 progress(done, total)
