@@ -274,7 +274,8 @@ class Registry:
         if spec is None or spec.lower() in SPECIAL_DRAFTERS:
             return (spec or "ngram").lower()
         if spec.startswith(HYBRID_PREFIX):
-            return HYBRID_PREFIX + str(self.resolve_model(spec[len(HYBRID_PREFIX):], download=download))
+            model = spec[len(HYBRID_PREFIX) :]
+            return HYBRID_PREFIX + str(self.resolve_model(model, download=download))
         return str(self.resolve_model(spec, download=download))
 
     def pair(self, name: str | None = None) -> PairEntry:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-
-from localspec.errors import InvalidParameterError
 from localspec.commands.common import ModelChoice, add_model_arguments, choose_models
+from localspec.errors import InvalidParameterError
 
 from .settings import ChatSettings, parse_draft_max
 
