@@ -225,13 +225,13 @@ PYBIND11_MODULE(_core, m) {
 
     py::class_<DraftController>(m, "DraftController")
         .def(py::init<int>())
-        .def("choose", &DraftController::choose)
+        .def("choose", &DraftController::choose, py::arg("kind") = 0)
         .def("observe", &DraftController::observe, py::arg("k"), py::arg("n_accepted"),
-             py::arg("draft_seconds"), py::arg("verify_seconds"))
+             py::arg("draft_seconds"), py::arg("verify_seconds"), py::arg("kind") = 0)
         .def("reset_acceptance", &DraftController::reset_acceptance)
-        .def("acceptance", &DraftController::acceptance)
+        .def("acceptance", &DraftController::acceptance, py::arg("kind") = 0)
         .def("verify_seconds", &DraftController::verify_seconds)
-        .def("expected_rate", &DraftController::expected_rate)
+        .def("expected_rate", &DraftController::expected_rate, py::arg("k"), py::arg("kind") = 0)
         .def_property_readonly("k_max", &DraftController::k_max);
 
     // Pure functions, exposed for tests and tools.

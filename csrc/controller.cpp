@@ -13,7 +13,8 @@ constexpr double kPriorAccepted = 1.0, kPriorRejections = 1.0;  // a starts at 0
 constexpr int kProbeEvery = 16;        // while plain, try drafting every this many steps
 constexpr int kProbeLength = 2;
 constexpr int kExploreEvery = 8;       // try one row beyond the best when that size is unmeasured
-constexpr double kPriorRowCost = 0.5;  // an unmeasured extra row costs half a single pass
+constexpr double kPriorRowCost = 0.5;
+constexpr double kRequiredGain = 1.05;  // an unmeasured extra row costs half a single pass
 
 double ema(double old, double sample) { return old == 0 ? sample : old + kCostSmoothing * (sample - old); }
 
@@ -25,12 +26,19 @@ DraftController::DraftController(int k_max)
 }
 
 void DraftController::reset_acceptance() {
-    accepted_ = kPriorAccepted;
-    rejections_ = kPriorRejections;
+    accepted_.assign(kKinds, kPriorAccepted);
+    rejections_.assign(kKinds, kPriorRejections);
     plain_steps_ = 0;
 }
 
-double DraftController::acceptance() const { return accepted_ / (accepted_ + rejections_); }
+namespace {
+size_t kind_index(int kind) { return static_cast<size_t>(std::clamp(kind, 0, DraftController::kKinds - 1)); }
+}  // namespace
+
+double DraftController::acceptance(int kind) const {
+    const size_t i = kind_index(kind);
+    return accepted_[i] / (accepted_[i] + rejections_[i]);
+}
 
 double DraftController::verify_seconds(int rows) const {
     // Measured value if any; otherwise interpolate between measured neighbours, or extrapolate
@@ -57,20 +65,22 @@ double DraftController::verify_seconds(int rows) const {
     return static_cast<double>(rows);  // nothing measured yet: unit cost per row
 }
 
-double DraftController::expected_rate(int k) const {
-    const double a = std::min(acceptance(), 0.999);
+double DraftController::expected_rate(int k, int kind) const {
+    const double a = std::min(acceptance(kind), 0.999);
     const double tokens = (1.0 - std::pow(a, k + 1)) / (1.0 - a);
     const double seconds = k * draft_cost_ + verify_seconds(k + 1);
     return seconds > 0 ? tokens / seconds : 0.0;
 }
 
-int DraftController::choose() {
+int DraftController::choose(int kind) {
     if (k_max_ == 0) return 0;
     if (verify_[1] == 0) return 0;  // measure a plain pass first: the baseline everything is compared to
+    // Drafting must promise a clear gain over plain decoding: estimates are noisy, and a
+    // wrong "draft" costs more than a wrong "don't".
     int best = 0;
-    double best_rate = expected_rate(0);
+    double best_rate = expected_rate(0, kind) * kRequiredGain;
     for (int k = 1; k <= k_max_; ++k) {
-        const double rate = expected_rate(k);
+        const double rate = expected_rate(k, kind);
         if (rate > best_rate) {
             best = k;
             best_rate = rate;
@@ -87,10 +97,11 @@ int DraftController::choose() {
     return best;
 }
 
-void DraftController::observe(int k, int n_accepted, double draft_seconds, double verify_seconds) {
+void DraftController::observe(int k, int n_accepted, double draft_seconds, double verify_seconds, int kind) {
     if (k > 0) {
-        accepted_ = accepted_ * kDecay + n_accepted;
-        rejections_ = rejections_ * kDecay + (n_accepted < k ? 1 : 0);
+        const size_t i = kind_index(kind);
+        accepted_[i] = accepted_[i] * kDecay + n_accepted;
+        rejections_[i] = rejections_[i] * kDecay + (n_accepted < k ? 1 : 0);
         draft_cost_ = ema(draft_cost_, draft_seconds / k);
     }
     const size_t rows = static_cast<size_t>(k) + 1;

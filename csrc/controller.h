@@ -17,22 +17,27 @@ public:
     explicit DraftController(int k_max);
 
     int k_max() const { return k_max_; }
-    // Draft length for the next step.
-    int choose();
+    // Acceptance is tracked per kind of draft (e.g. the n-gram match length: a 4-token match
+    // predicts better than a 2-token one); kinds are 0 .. kKinds-1.
+    static constexpr int kKinds = 8;
+
+    // Draft length for the next step, for a draft of this kind.
+    int choose(int kind = 0);
     // What the step did: drafted k tokens (k may be below the choice when the drafter had
     // fewer to offer), accepted n of them, and how long drafting and verification took.
-    void observe(int k, int n_accepted, double draft_seconds, double verify_seconds);
+    void observe(int k, int n_accepted, double draft_seconds, double verify_seconds, int kind = 0);
     // A new generation: acceptance is prompt-specific, costs are not.
     void reset_acceptance();
 
-    double acceptance() const;            // current estimate of a
+    double acceptance(int kind = 0) const;  // current estimate of a
     double verify_seconds(int rows) const;  // estimate of V(rows)
     double draft_seconds_per_token() const { return draft_cost_; }
-    double expected_rate(int k) const;    // E(k) / T(k), tokens per second
+    double expected_rate(int k, int kind = 0) const;  // E(k) / T(k), tokens per second
 
 private:
     int k_max_;
-    double accepted_ = 0, rejections_ = 0;  // decayed counts: a = accepted / (accepted + rejections)
+    // Decayed counts per kind: a = accepted / (accepted + rejections).
+    std::vector<double> accepted_, rejections_;
     std::vector<double> verify_;            // [j]: EMA of V(j); 0 = not measured
     double draft_cost_ = 0;                 // EMA of draft seconds per drafted token
     int plain_steps_ = 0;                   // consecutive k = 0 choices (to schedule probes)

@@ -18,6 +18,7 @@ Draft NgramDrafter::draft(const std::vector<Token>& history, int k, const Sampli
             const int from = start + n;
             const int count = std::min(k, len - from);
             out.tokens.assign(history.begin() + from, history.begin() + from + count);
+            out.kind = n;
             return out;
         }
     }

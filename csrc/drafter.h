@@ -16,12 +16,18 @@ struct Draft {
     // One distribution per drafted token when the drafter sampled from q; empty for a
     // deterministic drafter (q is then a point mass on each drafted token).
     std::vector<Distribution> q;
+    // What kind of draft this is, for the controller's acceptance estimates (the n-gram
+    // drafter reports its match length; 0 otherwise).
+    int kind = 0;
 };
 
 class Drafter {
 public:
     virtual ~Drafter() = default;
     virtual std::string name() const = 0;
+    // True when drafting costs (almost) nothing: the engine then drafts the longest proposal
+    // first and lets the controller decide how much of it to verify.
+    virtual bool cheap() const { return false; }
     // Propose up to k tokens to follow `history` (prompt + everything emitted so far).
     virtual Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) = 0;
     // The step kept only `history`: drop any state that went beyond it (KV rollback).
@@ -36,6 +42,7 @@ class NgramDrafter : public Drafter {
 public:
     NgramDrafter(int n_min, int n_max) : n_min_(n_min), n_max_(n_max) {}
     std::string name() const override { return "ngram"; }
+    bool cheap() const override { return true; }
     Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override;
 
 private:

@@ -72,18 +72,39 @@ void SpecEngine::check_request(const GenerateRequest& request) const {
     }
 }
 
+// At most k_cap tokens. A cheap drafter (n-gram lookup) proposes first and the controller then
+// decides how much of the proposal is worth verifying, knowing what kind of draft it is; a
+// model drafter pays a pass per token, so its length is chosen before drafting.
+Draft SpecEngine::draft_tokens(const std::vector<Token>& history, int k_cap, bool adaptive,
+                               const SamplingParams& params, Rng& rng) {
+    if (!drafter_ || k_cap <= 0) return {};
+    if (!adaptive) return drafter_->draft(history, k_cap, params, rng);
+    if (drafter_->cheap()) {
+        Draft draft = drafter_->draft(history, k_cap, params, rng);
+        if (draft.tokens.empty()) return draft;
+        const size_t k = std::min(static_cast<size_t>(controller_.choose(draft.kind)), draft.tokens.size());
+        draft.tokens.resize(k);
+        if (!draft.q.empty()) draft.q.resize(k);
+        return draft;
+    }
+    const int k = std::min(controller_.choose(0), k_cap);
+    return k > 0 ? drafter_->draft(history, k, params, rng) : Draft{};
+}
+
 // One speculative step: draft -> verify batch -> accept -> roll back -> emit.
 // Invariant on entry and exit: the target cache holds history[0 .. n-2] and history.back() is
 // the newest emitted token, which the target has not processed yet.
-SpecEngine::StepResult SpecEngine::speculative_step(std::vector<Token>& history, int k,
-                                                    const SamplingParams& params, Rng& rng,
-                                                    GenerationStats& stats) {
-    // 1. Draft up to k tokens (q kept when the drafter sampled).
+SpecEngine::StepResult SpecEngine::speculative_step(std::vector<Token>& history, int k_cap,
+                                                    bool adaptive, const SamplingParams& params,
+                                                    Rng& rng, GenerationStats& stats) {
+    // 1. Draft up to k_cap tokens (q kept when the drafter sampled).
     auto t0 = Clock::now();
-    Draft draft = (drafter_ && k > 0) ? drafter_->draft(history, k, params, rng) : Draft{};
+    Draft draft = draft_tokens(history, k_cap, adaptive, params, rng);
     const std::vector<Token>& drafted = draft.tokens;
     StepResult out;
     out.drafted = static_cast<int>(drafted.size());
+    out.kind = draft.kind;
+    stats.draft_max = out.drafted;
     out.draft_seconds = seconds_since(t0);
 
     // 2. Verify: ONE target batch [last, d1..dk] with logits on every row; row i is the
@@ -155,17 +176,15 @@ GenerateResult SpecEngine::generate(const GenerateRequest& request, const ChunkC
     if (request.adaptive) controller_.reset_acceptance();
     while (stats.n_tokens < request.max_tokens) {
         if (static_cast<int>(history.size()) >= n_ctx) break;  // context full
-        // k: the controller's choice (or the fixed draft_max), bounded by the room left in the
-        // context and by the tokens still wanted.
-        const int wanted = request.adaptive ? std::min(controller_.choose(), request.draft_max) : request.draft_max;
-        const int k = std::max(0, std::min({wanted, n_ctx - static_cast<int>(history.size()),
-                                            request.max_tokens - stats.n_tokens - 1}));
-        stats.draft_max = k;
-        StepResult step = speculative_step(history, k, request.sampling, rng, stats);
+        // The longest draft: draft_max, bounded by the room left in the context and by the
+        // tokens still wanted (with "auto" the controller picks within that).
+        const int k_cap = std::max(0, std::min({request.draft_max, n_ctx - static_cast<int>(history.size()),
+                                                request.max_tokens - stats.n_tokens - 1}));
+        StepResult step = speculative_step(history, k_cap, request.adaptive, request.sampling, rng, stats);
         result.pass_rows.push_back(step.rows);
         result.pass_emitted.push_back(static_cast<int>(step.tokens.size()));
         const int n_accepted = static_cast<int>(step.tokens.size()) - 1;  // + 1 target token
-        controller_.observe(step.drafted, n_accepted, step.draft_seconds, step.verify_seconds);
+        controller_.observe(step.drafted, n_accepted, step.draft_seconds, step.verify_seconds, step.kind);
 
         // Cut at end-of-generation (not emitted) and at max_tokens.
         bool finished = false;

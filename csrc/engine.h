@@ -91,11 +91,13 @@ private:
     struct StepResult {
         std::vector<Token> tokens;
         std::vector<Provenance> provenance;
-        int drafted = 0, rows = 0;
+        int drafted = 0, rows = 0, kind = 0;
         double draft_seconds = 0, verify_seconds = 0;
     };
-    StepResult speculative_step(std::vector<Token>& history, int k, const SamplingParams& params,
-                                Rng& rng, GenerationStats& stats);
+    StepResult speculative_step(std::vector<Token>& history, int k_cap, bool adaptive,
+                                const SamplingParams& params, Rng& rng, GenerationStats& stats);
+    Draft draft_tokens(const std::vector<Token>& history, int k_cap, bool adaptive,
+                       const SamplingParams& params, Rng& rng);
     void check_request(const GenerateRequest& request) const;
 
     std::shared_ptr<Model> target_model_;
