@@ -87,7 +87,9 @@ int DraftController::choose(int kind) {
         }
     }
     ++steps_;
-    if (best == 0 && ++plain_steps_ % kProbeEvery == 0) return std::min(kProbeLength, k_max_);
+    // While plain decoding wins, probe now and then in case acceptance has improved; but not
+    // when even perfect acceptance could not pay for the drafts (an expensive draft model).
+    if (best == 0 && ++plain_steps_ % kProbeEvery == 0 && could_win(kind)) return std::min(kProbeLength, k_max_);
     if (best > 0) plain_steps_ = 0;
     // Costs of longer batches are extrapolated until measured: look one step further now and
     // then, so a flat cost curve (a GPU) is discovered rather than assumed away.
@@ -95,6 +97,15 @@ int DraftController::choose(int kind) {
         return best + 1;
     }
     return best;
+}
+
+bool DraftController::could_win(int kind) const {
+    const double plain = expected_rate(0, kind) * kRequiredGain;
+    for (int k = 1; k <= k_max_; ++k) {
+        const double perfect = (k + 1) / (k * draft_cost_ + verify_seconds(k + 1));
+        if (perfect > plain) return true;
+    }
+    return false;
 }
 
 void DraftController::observe(int k, int n_accepted, double draft_seconds, double verify_seconds, int kind) {

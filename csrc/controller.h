@@ -35,6 +35,8 @@ public:
     double expected_rate(int k, int kind = 0) const;  // E(k) / T(k), tokens per second
 
 private:
+    bool could_win(int kind) const;  // would drafting beat plain decoding at acceptance 1?
+
     int k_max_;
     // Decayed counts per kind: a = accepted / (accepted + rejections).
     std::vector<double> accepted_, rejections_;
