@@ -225,7 +225,7 @@ PYBIND11_MODULE(_core, m) {
 
     py::class_<DraftController>(m, "DraftController")
         .def(py::init<int>())
-        .def("choose", &DraftController::choose, py::arg("kind") = 0)
+        .def("choose", &DraftController::choose, py::arg("kind") = 0, py::arg("limit") = 1 << 30)
         .def("observe", &DraftController::observe, py::arg("k"), py::arg("n_accepted"),
              py::arg("draft_seconds"), py::arg("verify_seconds"), py::arg("kind") = 0)
         .def("reset_acceptance", &DraftController::reset_acceptance)

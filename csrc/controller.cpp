@@ -12,8 +12,7 @@ constexpr double kCostSmoothing = 0.2; // EMA weight of a new cost sample
 constexpr double kPriorAccepted = 1.0, kPriorRejections = 1.0;  // a starts at 0.5
 constexpr int kProbeEvery = 16;        // while plain, try drafting every this many steps
 constexpr int kProbeLength = 2;
-constexpr int kExploreEvery = 8;       // try one row beyond the best when that size is unmeasured
-constexpr double kPriorRowCost = 0.5;
+constexpr int kExploreEvery = 8;       // while drafting, try an unmeasured batch size this often
 constexpr double kRequiredGain = 1.05;  // an unmeasured extra row costs half a single pass
 
 double ema(double old, double sample) { return old == 0 ? sample : old + kCostSmoothing * (sample - old); }
@@ -41,28 +40,19 @@ double DraftController::acceptance(int kind) const {
 }
 
 double DraftController::verify_seconds(int rows) const {
-    // Measured value if any; otherwise interpolate between measured neighbours, or extrapolate
-    // linearly from the two nearest (a pessimistic guess until measured).
+    // The measured value if any. An unmeasured size is assumed to cost what the nearest
+    // smaller measured size costs (optimism: extra rows free until measured), so that the
+    // controller tries it once and learns; batch costs are too irregular to extrapolate
+    // (on CPUs 8 rows can cost less than 5).
     const int n = static_cast<int>(verify_.size()) - 1;
     rows = std::clamp(rows, 1, n);
-    if (verify_[static_cast<size_t>(rows)] > 0) return verify_[static_cast<size_t>(rows)];
-    int lo = rows - 1, hi = rows + 1;
-    while (lo >= 1 && verify_[static_cast<size_t>(lo)] == 0) --lo;
-    while (hi <= n && verify_[static_cast<size_t>(hi)] == 0) ++hi;
-    if (lo >= 1 && hi <= n) {
-        const double t = static_cast<double>(rows - lo) / (hi - lo);
-        return verify_[static_cast<size_t>(lo)] * (1 - t) + verify_[static_cast<size_t>(hi)] * t;
+    for (int r = rows; r >= 1; --r) {
+        if (verify_[static_cast<size_t>(r)] > 0) return verify_[static_cast<size_t>(r)];
     }
-    if (lo >= 1) {  // extrapolate upwards along the measured slope (a prior one if unknown)
-        int lo2 = lo - 1;
-        while (lo2 >= 1 && verify_[static_cast<size_t>(lo2)] == 0) --lo2;
-        const double v_lo = verify_[static_cast<size_t>(lo)];
-        const double slope = lo2 >= 1 ? std::max(0.0, (v_lo - verify_[static_cast<size_t>(lo2)]) / (lo - lo2))
-                                      : kPriorRowCost * v_lo / lo;
-        return v_lo + slope * (rows - lo);
+    for (int r = rows + 1; r <= n; ++r) {
+        if (verify_[static_cast<size_t>(r)] > 0) return verify_[static_cast<size_t>(r)];
     }
-    if (hi <= n) return verify_[static_cast<size_t>(hi)] * rows / hi;
-    return static_cast<double>(rows);  // nothing measured yet: unit cost per row
+    return 1.0;  // nothing measured yet
 }
 
 double DraftController::expected_rate(int k, int kind) const {
@@ -72,14 +62,17 @@ double DraftController::expected_rate(int k, int kind) const {
     return seconds > 0 ? tokens / seconds : 0.0;
 }
 
-int DraftController::choose(int kind) {
-    if (k_max_ == 0) return 0;
+int DraftController::choose(int kind, int limit) {
+    limit = std::clamp(limit, 0, k_max_);
+    if (limit == 0) return 0;
     if (verify_[1] == 0) return 0;  // measure a plain pass first: the baseline everything is compared to
     // Drafting must promise a clear gain over plain decoding: estimates are noisy, and a
-    // wrong "draft" costs more than a wrong "don't".
+    // wrong "draft" costs more than a wrong "don't". Every k is judged with its own V(k + 1):
+    // on CPUs batch costs are far from linear (4 or 8 rows can cost less than 3 or 7), and the
+    // measured curve, not a formula, decides.
     int best = 0;
     double best_rate = expected_rate(0, kind) * kRequiredGain;
-    for (int k = 1; k <= k_max_; ++k) {
+    for (int k = 1; k <= limit; ++k) {
         const double rate = expected_rate(k, kind);
         if (rate > best_rate) {
             best = k;
@@ -89,14 +82,16 @@ int DraftController::choose(int kind) {
     ++steps_;
     // While plain decoding wins, probe now and then in case acceptance has improved; but not
     // when even perfect acceptance could not pay for the drafts (an expensive draft model).
-    if (best == 0 && ++plain_steps_ % kProbeEvery == 0 && could_win(kind)) return std::min(kProbeLength, k_max_);
+    // A probe, or every kExploreEvery steps while drafting, tries the smallest unmeasured
+    // batch size, so that the whole cost curve gets measured.
+    const bool probe = best == 0 && ++plain_steps_ % kProbeEvery == 0 && could_win(kind);
     if (best > 0) plain_steps_ = 0;
-    // Costs of longer batches are extrapolated until measured: look one step further now and
-    // then, so a flat cost curve (a GPU) is discovered rather than assumed away.
-    if (best > 0 && best < k_max_ && verify_[static_cast<size_t>(best) + 2] == 0 && steps_ % kExploreEvery == 0) {
-        return best + 1;
+    if (probe || (best > 0 && steps_ % kExploreEvery == 0)) {
+        for (int k = 1; k <= limit; ++k) {
+            if (verify_[static_cast<size_t>(k) + 1] == 0) return k;
+        }
     }
-    return best;
+    return probe ? std::min(kProbeLength, limit) : best;
 }
 
 bool DraftController::could_win(int kind) const {

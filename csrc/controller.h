@@ -21,8 +21,9 @@ public:
     // predicts better than a 2-token one); kinds are 0 .. kKinds-1.
     static constexpr int kKinds = 8;
 
-    // Draft length for the next step, for a draft of this kind.
-    int choose(int kind = 0);
+    // Draft length for the next step, for a draft of this kind, at most `limit` (the drafter's
+    // proposal length when it drafts first).
+    int choose(int kind = 0, int limit = 1 << 30);
     // What the step did: drafted k tokens (k may be below the choice when the drafter had
     // fewer to offer), accepted n of them, and how long drafting and verification took.
     void observe(int k, int n_accepted, double draft_seconds, double verify_seconds, int kind = 0);

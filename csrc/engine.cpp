@@ -82,12 +82,12 @@ Draft SpecEngine::draft_tokens(const std::vector<Token>& history, int k_cap, boo
     if (drafter_->cheap()) {
         Draft draft = drafter_->draft(history, k_cap, params, rng);
         if (draft.tokens.empty()) return draft;
-        const size_t k = std::min(static_cast<size_t>(controller_.choose(draft.kind)), draft.tokens.size());
+        const size_t k = static_cast<size_t>(controller_.choose(draft.kind, static_cast<int>(draft.tokens.size())));
         draft.tokens.resize(k);
         if (!draft.q.empty()) draft.q.resize(k);
         return draft;
     }
-    const int k = std::min(controller_.choose(0), k_cap);
+    const int k = controller_.choose(0, k_cap);
     return k > 0 ? drafter_->draft(history, k, params, rng) : Draft{};
 }
 

@@ -29,7 +29,7 @@ struct EngineOptions {
     int ngram_min = 2;
     int ngram_max = 4;
     float draft_p_min = 0.4f;  // model drafter stops when its top probability falls below this
-    int controller_k_max = 12;  // the longest draft the adaptive controller may choose
+    int controller_k_max = 15;  // the longest draft the adaptive controller may choose
     bool verbose = false;
 };
 

@@ -8,7 +8,7 @@ from localspec import _core
 from localspec.types import GenerationParams, GenerationStats
 
 # With draft_max="auto" the controller picks k per step, up to this length.
-AUTO_DRAFT_MAX = 12
+AUTO_DRAFT_MAX = 15
 
 
 def params_to_core(params: GenerationParams, prompt: list[int]) -> _core.GenerateRequest:
