@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             handle.cancel()  # Ctrl-C: stop the engine within one step
         sys.stdout.write("\n")
+        sys.stdout.flush()
         print(summary_line(handle.result().stats, engine.info.drafter), file=sys.stderr)
     return 0
 
