@@ -51,27 +51,33 @@ Distribution point_mass(Token token) {
 
 }  // namespace
 
-Acceptance accept_sampled(const std::vector<Token>& drafts, const std::vector<Distribution>& p,
+Acceptance accept_sampled(const std::vector<Token>& drafts, const TargetRow& p,
                           const std::vector<Distribution>& q, Rng& rng) {
     const size_t k = drafts.size();
-    if (p.size() != k + 1) throw std::invalid_argument("need k + 1 target distributions");
     if (!q.empty() && q.size() < k) throw std::invalid_argument("need one draft distribution per draft");
     Acceptance out;
     for (size_t i = 0; i < k; ++i) {
         const Token d = drafts[i];
-        const double p_d = p[i].prob(d);
+        const Distribution p_i = p(i);
+        const double p_d = p_i.prob(d);
         const double q_d = q.empty() ? 1.0 : q[i].prob(d);
         // u < p/q accepts with probability min(1, p/q); q_d == 0 cannot be drawn from q.
         if (q_d > 0.0 && rng.uniform() * q_d < p_d) {
             ++out.n_accepted;
             continue;
         }
-        out.token = sample(residual(p[i], q.empty() ? point_mass(d) : q[i]), rng);
+        out.token = sample(residual(p_i, q.empty() ? point_mass(d) : q[i]), rng);
         return out;
     }
-    out.token = sample(p[k], rng);
+    out.token = sample(p(k), rng);
     out.bonus = true;
     return out;
+}
+
+Acceptance accept_sampled(const std::vector<Token>& drafts, const std::vector<Distribution>& p,
+                          const std::vector<Distribution>& q, Rng& rng) {
+    if (p.size() != drafts.size() + 1) throw std::invalid_argument("need k + 1 target distributions");
+    return accept_sampled(drafts, [&p](size_t i) { return p[i]; }, q, rng);
 }
 
 }  // namespace localspec

@@ -6,6 +6,7 @@
 // Either way a step emits n + 1 tokens.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "sampling.h"
@@ -29,6 +30,10 @@ Acceptance accept_greedy(const std::vector<Token>& drafts, const std::vector<Tok
 // `q` empty means a deterministic drafter (q_i is a point mass on d_i): accept with p_i(d_i)
 // and the correction comes from p_i with d_i removed.
 Acceptance accept_sampled(const std::vector<Token>& drafts, const std::vector<Distribution>& p,
+                          const std::vector<Distribution>& q, Rng& rng);
+// The same rule with p_i computed on demand: rows after the first rejection are never warped.
+using TargetRow = std::function<Distribution(size_t)>;
+Acceptance accept_sampled(const std::vector<Token>& drafts, const TargetRow& p,
                           const std::vector<Distribution>& q, Rng& rng);
 
 // norm(max(0, p - q)); falls back to p when the residual has no mass (p == q).

@@ -124,9 +124,8 @@ SpecEngine::StepResult SpecEngine::speculative_step(std::vector<Token>& history,
         for (int i = 0; i < n_rows; ++i) best[static_cast<size_t>(i)] = argmax(target_.logits(i), target_.n_vocab());
         acc = accept_greedy(drafted, best);
     } else {
-        std::vector<Distribution> p;
-        p.reserve(static_cast<size_t>(n_rows));
-        for (int i = 0; i < n_rows; ++i) p.push_back(warp(target_.logits(i), target_.n_vocab(), params));
+        // p_i is warped only when the rule reaches row i (never past the first rejection).
+        auto p = [&](size_t i) { return warp(target_.logits(static_cast<int>(i)), target_.n_vocab(), params); };
         acc = accept_sampled(drafted, p, draft.q, rng);
     }
     out.verify_seconds = seconds_since(t0);
