@@ -74,6 +74,23 @@ Acceptance accept_sampled(const std::vector<Token>& drafts, const TargetRow& p,
     return out;
 }
 
+Acceptance accept_coupled(const std::vector<Token>& drafts, const TargetRow& p, const std::vector<double>& u) {
+    const size_t k = drafts.size();
+    if (u.size() != k + 1) throw std::invalid_argument("need k + 1 uniforms");
+    Acceptance out;
+    for (size_t i = 0; i <= k; ++i) {
+        const Token target = sample_at(p(i), u[i]);
+        if (i < k && target == drafts[i]) {
+            ++out.n_accepted;
+            continue;
+        }
+        out.token = target;
+        out.bonus = i == k;
+        return out;
+    }
+    return out;  // unreachable: the loop returns at i == k at the latest
+}
+
 Acceptance accept_sampled(const std::vector<Token>& drafts, const std::vector<Distribution>& p,
                           const std::vector<Distribution>& q, Rng& rng) {
     if (p.size() != drafts.size() + 1) throw std::invalid_argument("need k + 1 target distributions");

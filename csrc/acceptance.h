@@ -36,6 +36,14 @@ using TargetRow = std::function<Distribution(size_t)>;
 Acceptance accept_sampled(const std::vector<Token>& drafts, const TargetRow& p,
                           const std::vector<Distribution>& q, Rng& rng);
 
+// Deterministic drafts (q a point mass on each d_i), with one uniform u_i per position: the
+// target's token at position i is the inverse-CDF sample of p_i at u_i, and d_i is accepted iff
+// it equals that token. P(accept d_i) = p_i(d_i) and the correction is distributed as p_i
+// without d_i, exactly as rejection sampling with a point mass; in addition the emitted tokens
+// are the ones plain sampling with the same uniforms would emit, whatever the draft length, so
+// a seed reproduces the output. `u` has k + 1 entries.
+Acceptance accept_coupled(const std::vector<Token>& drafts, const TargetRow& p, const std::vector<double>& u);
+
 // norm(max(0, p - q)); falls back to p when the residual has no mass (p == q).
 Distribution residual(const Distribution& p, const Distribution& q);
 

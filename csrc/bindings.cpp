@@ -249,6 +249,15 @@ PYBIND11_MODULE(_core, m) {
             return acceptance_to_dict(accept_sampled(drafts, pd, qd, rng));
         },
         py::arg("drafts"), py::arg("p"), py::arg("q"), py::arg("seed"));
+    m.def(
+        "accept_coupled",
+        [](const std::vector<Token>& drafts, const std::vector<py::array_t<double>>& p, const std::vector<double>& u) {
+            std::vector<Distribution> pd;
+            for (const auto& row : p) pd.push_back(dense_to_distribution(row));
+            if (pd.size() != drafts.size() + 1) throw std::invalid_argument("need k + 1 target distributions");
+            return acceptance_to_dict(accept_coupled(drafts, [&pd](size_t i) { return pd[i]; }, u));
+        },
+        py::arg("drafts"), py::arg("p"), py::arg("u"));
     m.def("warp", [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
                      const SamplingParams& params) {
         Distribution d = warp(logits.data(), static_cast<int>(logits.size()), params);

@@ -126,7 +126,13 @@ SpecEngine::StepResult SpecEngine::speculative_step(std::vector<Token>& history,
     } else {
         // p_i is warped only when the rule reaches row i (never past the first rejection).
         auto p = [&](size_t i) { return warp(target_.logits(static_cast<int>(i)), target_.n_vocab(), params); };
-        acc = accept_sampled(drafted, p, draft.q, rng);
+        if (draft.q.empty()) {  // deterministic drafts (or none): seed-reproducible coupling
+            std::vector<double> u(static_cast<size_t>(n_rows));
+            for (size_t i = 0; i < u.size(); ++i) u[i] = position_uniform(params.seed, history.size() + i);
+            acc = accept_coupled(drafted, p, u);
+        } else {
+            acc = accept_sampled(drafted, p, draft.q, rng);
+        }
     }
     out.verify_seconds = seconds_since(t0);
     t0 = Clock::now();

@@ -87,8 +87,15 @@ Distribution warp(const float* logits, int n_vocab, const SamplingParams& params
     return dist;
 }
 
-Token sample(const Distribution& dist, Rng& rng) {
-    const double u = rng.uniform();
+Token sample(const Distribution& dist, Rng& rng) { return sample_at(dist, rng.uniform()); }
+
+double position_uniform(uint64_t seed, uint64_t position) {
+    Rng mix(seed ^ (position * 0xD1B54A32D192ED03ull));
+    mix.next();
+    return mix.uniform();
+}
+
+Token sample_at(const Distribution& dist, double u) {
     double cumulative = 0.0;
     for (size_t i = 0; i < dist.ids.size(); ++i) {
         cumulative += dist.probs[i];

@@ -47,5 +47,10 @@ Distribution warp(const float* logits, int n_vocab, const SamplingParams& params
 
 Token argmax(const float* logits, int n_vocab);
 Token sample(const Distribution& dist, Rng& rng);
+// Inverse-CDF sample with a given uniform u in [0, 1) (the distribution's own order).
+Token sample_at(const Distribution& dist, double u);
+// A uniform in [0, 1) that depends only on (seed, position): the randomness used for the
+// token at a position does not depend on how generation was split into steps.
+double position_uniform(uint64_t seed, uint64_t position);
 
 }  // namespace localspec

@@ -135,3 +135,27 @@ def test_warp_top_k_top_p_min_p() -> None:
         logits, _core.SamplingParams(temperature=0.5, top_k=2, top_p=1.0, min_p=0.0)
     )
     assert probs == pytest.approx([0.25 / 0.29, 0.04 / 0.29], rel=1e-4)  # squared, renormalised
+
+
+def test_coupled_rule_emits_what_plain_sampling_would() -> None:
+    """Deterministic drafts are checked against the target's own sample at each position's
+    uniform, so the first emitted token is the plain sample whatever was drafted."""
+    rng = np.random.default_rng(7)
+    for _ in range(500):
+        u = list(rng.random(3))
+        plain_first = _core.accept_coupled([], [P0], u[:1])["token"]
+        for drafts in ([0], [1, 2], [4, 4]):
+            out = _core.accept_coupled(drafts, [P0, P1, P2][: len(drafts) + 1], u[: len(drafts) + 1])
+            first = drafts[0] if out["n_accepted"] else out["token"]
+            assert first == plain_first
+
+
+def test_coupled_rule_accepts_with_p_and_matches_the_target_distribution() -> None:
+    rng = np.random.default_rng(11)
+    first, accepted = [], 0
+    for _ in range(N_TRIALS):
+        out = _core.accept_coupled([1], [P0, P1], list(rng.random(2)))
+        accepted += out["n_accepted"]
+        first.append(1 if out["n_accepted"] else out["token"])
+    assert chi_square_pvalue(first, as_probs(P0)) > P_VALUE_FLOOR
+    assert accepted / N_TRIALS == pytest.approx(P0[1], abs=0.03)

@@ -151,3 +151,14 @@ def test_tie_check_rejects_a_wrong_token(engines) -> None:
         assert_same_or_tie(plain, PROMPTS[0], reference.tokens, forged)
     assert plain.replay_greedy(plain.tokenize(PROMPTS[0]), spec) == -1
     assert plain.replay_greedy(plain.tokenize(PROMPTS[0]), forged) == 3
+
+
+def test_seeded_sampling_with_deterministic_drafts_is_plain_sampling(engines) -> None:
+    """With n-gram (deterministic) drafts, a seed gives the same tokens as plain sampling with
+    that seed, for any draft length, including "auto" (whose lengths follow timings)."""
+    params = GenerationParams(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, max_tokens=40, seed=3)
+    prompt = PROMPTS[2]
+    plain = engines["none"].generate(prompt, params).tokens
+    for draft_max in ("auto", 2, 6):
+        assert engines["ngram"].generate(prompt, params, draft_max=draft_max).tokens == plain
+    assert engines["ngram"].generate(prompt, params, draft_max=6).stats.drafted > 0
