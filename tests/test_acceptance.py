@@ -145,7 +145,8 @@ def test_coupled_rule_emits_what_plain_sampling_would() -> None:
         u = list(rng.random(3))
         plain_first = _core.accept_coupled([], [P0], u[:1])["token"]
         for drafts in ([0], [1, 2], [4, 4]):
-            out = _core.accept_coupled(drafts, [P0, P1, P2][: len(drafts) + 1], u[: len(drafts) + 1])
+            rows = len(drafts) + 1
+            out = _core.accept_coupled(drafts, [P0, P1, P2][:rows], u[:rows])
             first = drafts[0] if out["n_accepted"] else out["token"]
             assert first == plain_first
 
