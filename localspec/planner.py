@@ -234,10 +234,10 @@ def _best_target(target: ModelMemory, n_ctx: int, kv_type: str, room: int,
 
 
 def _context_warnings(models: list[tuple[str, ModelMemory, int]]) -> list[str]:
-    out = [f"the {role} was trained on {m.n_ctx_train} tokens of context; {n_ctx} may degrade "
-           "its output" for role, m, n_ctx in models if 0 < m.n_ctx_train < n_ctx]
-    return out + [f"the {role} uses sliding-window attention; its KV estimate is an upper bound"
-                  for role, m, _ in models if m.sliding_window]
+    # Sliding-window layers need no warning: speculation rolls the cache back, so the engine
+    # keeps full-size caches for them (swa_full), which is exactly what is counted here.
+    return [f"the {role} was trained on {m.n_ctx_train} tokens of context; {n_ctx} may degrade "
+            "its output" for role, m, n_ctx in models if 0 < m.n_ctx_train < n_ctx]
 
 
 def default_reserve(device: Device) -> int:
