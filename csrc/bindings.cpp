@@ -9,6 +9,7 @@
 #include "acceptance.h"
 #include "controller.h"
 #include "engine.h"
+#include "q8_head.h"
 #include "errors.h"
 
 namespace py = pybind11;
@@ -177,6 +178,7 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("ngram_max", &EngineOptions::ngram_max)
         .def_readwrite("draft_p_min", &EngineOptions::draft_p_min)
         .def_readwrite("controller_k_max", &EngineOptions::controller_k_max)
+        .def_readwrite("fast_head", &EngineOptions::fast_head)
         .def_readwrite("verbose", &EngineOptions::verbose);
 
     py::class_<GenerateRequest>(m, "GenerateRequest")
@@ -221,6 +223,7 @@ PYBIND11_MODULE(_core, m) {
         .def("eos", [](Core& c) { return c.engine().target().vocab().eos; })
         .def("n_ctx", [](Core& c) { return c.engine().n_ctx(); })
         .def("drafter_name", [](Core& c) { return c.engine().drafter_name(); })
+        .def("verify_head", [](Core& c) { return c.engine().verify_head(); })
         .def("close", &Core::close);
 
     py::class_<DraftController>(m, "DraftController")
@@ -235,6 +238,33 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("k_max", &DraftController::k_max);
 
     // Pure functions, exposed for tests and tools.
+    m.def("q8_head_supported", &Q8Head::cpu_supported);
+    m.def(
+        "q8_head_logits",
+        [](const py::array_t<uint8_t, py::array::c_style>& blocks, int64_t n_vocab, int n_embd,
+           const py::array_t<float, py::array::c_style>& hidden, bool reference, int n_threads) {
+            // blocks: ggml's Q8_0 bytes of an n_vocab x n_embd matrix; hidden: rows x n_embd.
+            const auto n_rows = static_cast<int>(hidden.size() / n_embd);
+            if (static_cast<size_t>(blocks.size()) != static_cast<size_t>(n_vocab) * (n_embd / 32) * sizeof(Q8Block) ||
+                hidden.size() != static_cast<py::ssize_t>(n_rows) * n_embd) {
+                throw std::invalid_argument("blocks or hidden have the wrong size");
+            }
+            const auto* rows = reinterpret_cast<const Q8Block*>(blocks.data());
+            py::array_t<float> out({static_cast<py::ssize_t>(n_rows), static_cast<py::ssize_t>(n_vocab)});
+            float* dst = out.mutable_data();
+            const float* x = hidden.data();
+            {
+                py::gil_scoped_release release;
+                if (reference) {
+                    q8_head_reference(rows, n_vocab, n_embd, x, n_rows, dst);
+                } else {
+                    Q8Head(rows, n_vocab, n_embd).compute(x, n_rows, dst, n_threads);
+                }
+            }
+            return out;
+        },
+        py::arg("blocks"), py::arg("n_vocab"), py::arg("n_embd"), py::arg("hidden"), py::arg("reference") = false,
+        py::arg("n_threads") = 2);
     m.def("accept_greedy", [](const std::vector<Token>& drafts, const std::vector<Token>& argmaxes) {
         return acceptance_to_dict(accept_greedy(drafts, argmaxes));
     });

@@ -22,10 +22,11 @@ std::shared_ptr<Model> load_target(const EngineOptions& options) {
     return std::make_shared<Model>(ModelOptions{options.target_path, options.n_gpu_layers_target});
 }
 
-ContextOptions context_options(const EngineOptions& options) {
+ContextOptions context_options(const EngineOptions& options, bool fast_head = false) {
     ContextOptions out;
     out.n_ctx = options.n_ctx;
     out.n_threads = options.n_threads;
+    out.fast_head = fast_head;
     return out;
 }
 
@@ -48,7 +49,7 @@ std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, const Model&
 
 SpecEngine::SpecEngine(const EngineOptions& options)
     : target_model_(load_target(options)),
-      target_(*target_model_, context_options(options)),
+      target_(*target_model_, context_options(options, options.fast_head)),
       drafter_(make_drafter(options, *target_model_)),
       controller_(drafter_ ? options.controller_k_max : 0) {}
 

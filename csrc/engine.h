@@ -30,6 +30,7 @@ struct EngineOptions {
     int ngram_max = 4;
     float draft_p_min = 0.4f;  // model drafter stops when its top probability falls below this
     int controller_k_max = 15;  // the longest draft the adaptive controller may choose
+    bool fast_head = true;  // verification logits from localspec's Q8_0 head when possible
     bool verbose = false;
 };
 
@@ -72,6 +73,7 @@ public:
     const Model& target() const { return *target_model_; }
     int n_ctx() const { return target_.n_ctx(); }
     std::string drafter_name() const { return drafter_ ? drafter_->name() : "none"; }
+    std::string verify_head() const { return target_.batch_head(); }
 
     GenerateResult generate(const GenerateRequest& request, const ChunkCallback& on_chunk);
 

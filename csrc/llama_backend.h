@@ -62,6 +62,9 @@ struct ContextOptions {
     int n_ctx = 4096;
     int n_batch = 2048;
     int n_threads = 0;  // 0: hardware concurrency
+    // Compute the logits of multi-row batches with localspec's own head (q8_head.h) when the
+    // output head is Q8_0 in CPU memory and the CPU can run it; llama.cpp's otherwise.
+    bool fast_head = false;
 };
 
 // One llama_context with a single sequence, plus the list of tokens its KV cache holds.
@@ -81,6 +84,9 @@ public:
     // with logits(0 .. n_logits-1) until the next decode. Splits long inputs into n_batch pieces.
     void decode(const std::vector<Token>& tokens, int n_logits);
     const float* logits(int row) const;
+    // Which head computes the logits of batches with two or more logits rows:
+    // "localspec-q8_0" (ContextOptions::fast_head took effect) or "llama.cpp".
+    const char* batch_head() const;
 
     // Drop cache entries at positions >= n_keep (the KV rollback).
     void truncate(size_t n_keep);
@@ -89,6 +95,8 @@ public:
     size_t sync(const std::vector<Token>& tokens, int n_logits);
 
 private:
+    void finish_head();  // after a decode: build the fast head once, compute captured rows
+
     struct Impl;
     std::unique_ptr<Impl> impl_;
     std::vector<Token> kv_tokens_;

@@ -116,6 +116,7 @@ class Engine:
         n_gpu_layers_draft: int | None = None,
         draft_sampling: bool = True,
         draft_p_min: float = 0.4,
+        fast_head: bool = True,
         max_queue: int = 64,
         verbose: bool = False,
     ) -> Engine:
@@ -123,7 +124,8 @@ class Engine:
 
         ``n_gpu_layers``: target layers to offload (-1: all); ``draft_sampling``: a draft model
         samples its tokens from q at temperature > 0 (else drafts greedily); ``draft_p_min``:
-        a draft model stops drafting when its most likely token is below this probability.
+        a draft model stops drafting when its most likely token is below this probability;
+        ``fast_head``: verification logits from localspec's Q8_0 CPU head where it applies.
         """
         options = LoadOptions(
             target=str(target),
@@ -134,6 +136,7 @@ class Engine:
             n_gpu_layers_draft=n_gpu_layers_draft,
             draft_sampling=draft_sampling,
             draft_p_min=draft_p_min,
+            fast_head=fast_head,
             verbose=verbose,
         )
         core, info = open_core(options)

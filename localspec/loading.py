@@ -30,6 +30,9 @@ class LoadOptions:
     n_gpu_layers_draft: int | None = None  # None: same as n_gpu_layers
     draft_sampling: bool = True  # a draft model samples from q at temperature > 0
     draft_p_min: float = 0.4  # a draft model stops drafting below this top probability
+    # Verification logits from localspec's own Q8_0 head on the CPU (csrc/q8_head.h) when the
+    # target's head allows it; False: always llama.cpp's.
+    fast_head: bool = True
     verbose: bool = False
 
 
@@ -73,6 +76,7 @@ def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:
     )
     core_options.draft_sampling = options.draft_sampling
     core_options.draft_p_min = options.draft_p_min
+    core_options.fast_head = options.fast_head
     core_options.verbose = options.verbose
     core = _core.Core(core_options)
     return core, _engine_info(core, options)
@@ -91,4 +95,5 @@ def _engine_info(core: _core.Core, options: LoadOptions) -> EngineInfo:
         chat_template=template,
         bos_text=core.token_text(bos) if bos >= 0 else "",
         eos_text=core.token_text(eos) if eos >= 0 else "",
+        verify_head=core.verify_head(),
     )

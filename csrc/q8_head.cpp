@@ -1,0 +1,280 @@
+#include "q8_head.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define LOCALSPEC_X86 1
+#endif
+
+namespace localspec {
+
+// ---- fp16 ----------------------------------------------------------------------------------
+
+float fp16_to_fp32(uint16_t h) {
+    const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+    const uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    float value;
+    if (exp == 0) {
+        value = std::ldexp(static_cast<float>(mant), -24);  // zero or subnormal
+    } else if (exp == 31) {
+        value = mant ? NAN : INFINITY;
+    } else {
+        value = std::ldexp(static_cast<float>(mant | 0x400), static_cast<int>(exp) - 25);
+    }
+    uint32_t bits;
+    std::memcpy(&bits, &value, 4);
+    bits |= sign;
+    std::memcpy(&value, &bits, 4);
+    return value;
+}
+
+uint16_t fp32_to_fp16(float f) {
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
+    const uint32_t ax = x & 0x7fffffff;
+    if (ax >= 0x7f800000) return sign | (ax > 0x7f800000 ? 0x7e00 : 0x7c00);  // NaN, inf
+    if (ax >= 0x477ff000) return sign | 0x7c00;  // rounds past the largest half
+    auto round_even = [](uint32_t value, int shift) {
+        uint32_t r = value >> shift;
+        const uint32_t rem = value & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1))) ++r;
+        return r;
+    };
+    if (ax < 0x38800000) {  // a subnormal half (or zero)
+        if (ax < 0x33000000) return sign;
+        const uint32_t mant = (ax & 0x7fffff) | 0x800000;
+        return sign | static_cast<uint16_t>(round_even(mant, 126 - static_cast<int>(ax >> 23)));
+    }
+    return sign | static_cast<uint16_t>(round_even(ax - 0x38000000, 13));
+}
+
+// ---- hidden states as Q8_0 (ggml's quantize_row_q8_0) ---------------------------------------
+
+namespace {
+
+struct QuantizedRows {
+    int n_rows = 0, n_blocks = 0;
+    std::vector<int32_t> words;  // [row][block][8]: the 32 int8 values, 4 per int32
+    std::vector<int32_t> offset;  // [row][block]: -128 * sum of the block's values
+    std::vector<float> scale;  // [row][block]: d as stored (fp16) and read back
+};
+
+QuantizedRows quantize_rows(const float* hidden, int n_rows, int n_embd) {
+    QuantizedRows q;
+    q.n_rows = n_rows;
+    q.n_blocks = n_embd / 32;
+    const size_t n_all = static_cast<size_t>(n_rows) * static_cast<size_t>(q.n_blocks);
+    q.words.resize(n_all * 8);
+    q.offset.resize(n_all);
+    q.scale.resize(n_all);
+    for (size_t rb = 0; rb < n_all; ++rb) {
+        const float* x = hidden + rb * 32;
+        float amax = 0.0f;
+        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        q.scale[rb] = fp16_to_fp32(fp32_to_fp16(amax / 127.0f));
+        int8_t values[32];
+        int sum = 0;
+        for (int i = 0; i < 32; ++i) {
+            values[i] = static_cast<int8_t>(std::nearbyint(x[i] * id));
+            sum += values[i];
+        }
+        std::memcpy(&q.words[rb * 8], values, 32);
+        q.offset[rb] = -128 * sum;
+    }
+    return q;
+}
+
+}  // namespace
+
+void q8_head_reference(const Q8Block* rows, int64_t n_vocab, int n_embd, const float* hidden,
+                       int n_rows, float* logits) {
+    const QuantizedRows q = quantize_rows(hidden, n_rows, n_embd);
+    const int nb = q.n_blocks;
+    for (int j = 0; j < n_rows; ++j) {
+        for (int64_t v = 0; v < n_vocab; ++v) {
+            float acc = 0.0f;
+            for (int b = 0; b < nb; ++b) {
+                const Q8Block& w = rows[v * nb + b];
+                int8_t x[32];
+                std::memcpy(x, &q.words[(static_cast<size_t>(j) * nb + b) * 8], 32);
+                int isum = 0;
+                for (int i = 0; i < 32; ++i) isum += w.qs[i] * x[i];
+                acc += static_cast<float>(isum) * (fp16_to_fp32(w.d) * q.scale[static_cast<size_t>(j) * nb + b]);
+            }
+            logits[static_cast<size_t>(j) * static_cast<size_t>(n_vocab) + static_cast<size_t>(v)] = acc;
+        }
+    }
+}
+
+// ---- the packed layout ---------------------------------------------------------------------
+//
+// Vocabulary rows go in groups of 8 (the last group padded with zero rows). For group g and
+// block b, `weights` holds 8 x 32 bytes: vector k has, in lane r, bytes 4k..4k+3 of row 8g+r's
+// block b, each stored as w + 128 (an unsigned byte, as the dot-product instruction wants).
+// So with x broadcast 4 bytes at a time, 8 multiply-adds give the 8 rows' block sums
+// isum + 128 * sum(x), and `offset` (-128 * sum(x)) removes the excess.
+
+struct Q8Head::Packed {
+    int64_t n_groups = 0;
+    int n_blocks = 0;
+    std::vector<uint8_t> weights;  // [group][block][k][lane][4]
+    std::vector<float> scales;  // [group][block][lane]
+};
+
+uint64_t Q8Head::packed_bytes(int64_t n_vocab, int n_embd) {
+    const uint64_t groups = static_cast<uint64_t>((n_vocab + 7) / 8);
+    return groups * static_cast<uint64_t>(n_embd / 32) * (256 + 32);
+}
+
+Q8Head::Q8Head(const Q8Block* rows, int64_t n_vocab, int n_embd)
+    : packed_(std::make_unique<Packed>()), n_vocab_(n_vocab), n_embd_(n_embd) {
+    if (n_embd <= 0 || n_embd % 32 != 0) throw std::invalid_argument("Q8_0 rows hold whole blocks");
+    Packed& p = *packed_;
+    p.n_groups = (n_vocab + 7) / 8;
+    p.n_blocks = n_embd / 32;
+    const size_t n_group_blocks = static_cast<size_t>(p.n_groups) * static_cast<size_t>(p.n_blocks);
+    p.weights.assign(n_group_blocks * 256, 128);  // padding rows: w = 0
+    p.scales.assign(n_group_blocks * 8, 0.0f);
+    for (int64_t v = 0; v < n_vocab; ++v) {
+        const size_t g = static_cast<size_t>(v / 8), lane = static_cast<size_t>(v % 8);
+        for (int b = 0; b < p.n_blocks; ++b) {
+            const Q8Block& block = rows[v * p.n_blocks + b];
+            const size_t gb = g * static_cast<size_t>(p.n_blocks) + static_cast<size_t>(b);
+            p.scales[gb * 8 + lane] = fp16_to_fp32(block.d);
+            for (int i = 0; i < 32; ++i) {
+                p.weights[gb * 256 + static_cast<size_t>(i / 4) * 32 + lane * 4 + static_cast<size_t>(i % 4)] =
+                    static_cast<uint8_t>(block.qs[i] + 128);
+            }
+        }
+    }
+}
+
+Q8Head::~Q8Head() = default;
+
+// ---- the kernel ----------------------------------------------------------------------------
+
+namespace {
+
+struct Job {
+    const uint8_t* weights;
+    const float* scales;
+    int n_blocks;
+    const QuantizedRows* q;
+    int64_t n_vocab;
+    float* logits;
+};
+
+#ifdef LOCALSPEC_X86
+
+// Registers, not memory: the accumulators and weight vectors must be fully unrolled.
+#define LOCALSPEC_UNROLL _Pragma("GCC unroll 8")
+
+// One group of 8 vocabulary rows against ROWS hidden rows (first_row ..). The weights of the
+// group stay in cache while the caller loops over tiles of hidden rows.
+#define LOCALSPEC_Q8_TILE(NAME, TARGET, DPBUSD)                                                      \
+    template <int ROWS>                                                                              \
+    __attribute__((target(TARGET))) void NAME(const Job& job, int64_t g, int first_row) {            \
+        const int nb = job.n_blocks;                                                                 \
+        const __m256i* w = reinterpret_cast<const __m256i*>(job.weights) + g * nb * 8;               \
+        const float* dw = job.scales + g * nb * 8;                                                   \
+        __m256 acc[ROWS];                                                                            \
+        LOCALSPEC_UNROLL for (int j = 0; j < ROWS; ++j) acc[j] = _mm256_setzero_ps();                \
+        for (int b = 0; b < nb; ++b) {                                                               \
+            __m256i wk[8];                                                                           \
+            LOCALSPEC_UNROLL for (int k = 0; k < 8; ++k) wk[k] = _mm256_loadu_si256(w + b * 8 + k);  \
+            const __m256 scale_w = _mm256_loadu_ps(dw + b * 8);                                      \
+            LOCALSPEC_UNROLL for (int j = 0; j < ROWS; ++j) {                                        \
+                const size_t jb = static_cast<size_t>(first_row + j) * nb + b;                       \
+                const int32_t* x = job.q->words.data() + jb * 8;                                     \
+                __m256i isum = _mm256_set1_epi32(job.q->offset[jb]);                                 \
+                LOCALSPEC_UNROLL for (int k = 0; k < 8; ++k) isum = DPBUSD(isum, wk[k], _mm256_set1_epi32(x[k]));     \
+                const __m256 scale = _mm256_mul_ps(scale_w, _mm256_set1_ps(job.q->scale[jb]));       \
+                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[j]);                   \
+            }                                                                                        \
+        }                                                                                            \
+        for (int j = 0; j < ROWS; ++j) {                                                             \
+            float* out = job.logits + static_cast<size_t>(first_row + j) * job.n_vocab + g * 8;      \
+            const int64_t valid = std::min<int64_t>(8, job.n_vocab - g * 8);                         \
+            if (valid == 8) {                                                                        \
+                _mm256_storeu_ps(out, acc[j]);                                                       \
+            } else {                                                                                 \
+                alignas(32) float tmp[8];                                                            \
+                _mm256_store_ps(tmp, acc[j]);                                                        \
+                std::memcpy(out, tmp, sizeof(float) * static_cast<size_t>(valid));                  \
+            }                                                                                        \
+        }                                                                                            \
+    }
+
+LOCALSPEC_Q8_TILE(tile_avxvnni, "avx2,fma,avxvnni", _mm256_dpbusd_avx_epi32)
+LOCALSPEC_Q8_TILE(tile_avx512vnni, "avx2,fma,avx512vl,avx512vnni", _mm256_dpbusd_epi32)
+#undef LOCALSPEC_Q8_TILE
+#undef LOCALSPEC_UNROLL
+
+// Tiles of 4 hidden rows keep 8 weight vectors + 4 accumulators in 16 registers.
+template <void (*T1)(const Job&, int64_t, int), void (*T2)(const Job&, int64_t, int),
+          void (*T3)(const Job&, int64_t, int), void (*T4)(const Job&, int64_t, int)>
+void run_groups(const Job& job, int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+        for (int j = 0; j < job.q->n_rows; j += 4) {
+            switch (std::min(4, job.q->n_rows - j)) {
+                case 1: T1(job, g, j); break;
+                case 2: T2(job, g, j); break;
+                case 3: T3(job, g, j); break;
+                default: T4(job, g, j); break;
+            }
+        }
+    }
+}
+
+using GroupRunner = void (*)(const Job&, int64_t, int64_t);
+
+GroupRunner pick_runner() {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avxvnni")) {
+        return run_groups<tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>>;
+    }
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl")) {
+        return run_groups<tile_avx512vnni<1>, tile_avx512vnni<2>, tile_avx512vnni<3>, tile_avx512vnni<4>>;
+    }
+    return nullptr;
+}
+
+#else
+
+using GroupRunner = void (*)(const Job&, int64_t, int64_t);
+GroupRunner pick_runner() { return nullptr; }
+
+#endif
+
+GroupRunner runner() {
+    static const GroupRunner chosen = pick_runner();
+    return chosen;
+}
+
+}  // namespace
+
+bool Q8Head::cpu_supported() { return runner() != nullptr; }
+
+void Q8Head::compute(const float* hidden, int n_rows, float* logits, int n_threads) const {
+    const GroupRunner run = runner();
+    if (!run) throw std::logic_error("Q8Head needs AVX-VNNI or AVX512-VNNI");
+    const QuantizedRows q = quantize_rows(hidden, n_rows, n_embd_);
+    const Job job{packed_->weights.data(), packed_->scales.data(), packed_->n_blocks, &q, n_vocab_, logits};
+    const int64_t n_groups = packed_->n_groups;
+    const int workers = std::max(1, n_threads);
+    std::vector<std::thread> threads;
+    for (int t = 1; t < workers; ++t) {
+        threads.emplace_back(run, std::cref(job), n_groups * t / workers, n_groups * (t + 1) / workers);
+    }
+    run(job, 0, n_groups / workers);
+    for (std::thread& thread : threads) thread.join();
+}
+
+}  // namespace localspec

@@ -1,0 +1,60 @@
+// The output head for verification batches on the CPU, when its weights are Q8_0.
+//
+// Why it exists: in a small model with a large vocabulary (Gemma 3 270M: 262,144 x 640) the
+// output head is most of a target pass, and llama.cpp's CPU matmul costs roughly another head
+// for every extra row that asks for logits. Verification asks for k + 1 rows. This head reads
+// the weights once per call whatever the row count (up to ~8 rows it stays memory-bound), so a
+// verification batch costs little more than one token.
+//
+// Same numbers as llama.cpp: the hidden states are quantized to Q8_0 exactly as ggml does
+// (per 32 values: d = max|x| / 127 stored as fp16, q = round-to-even(x * 127 / max|x|)), each
+// 32-value block's dot product is exact integer arithmetic, and logit = sum over blocks of
+// d_w * d_x * isum. Only the order of the float additions differs from llama.cpp's kernels
+// (relative differences ~1e-6, the same kind that already separates its own batch shapes).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace localspec {
+
+// ggml's block_q8_0: 32 int8 weights and their fp16 scale.
+struct Q8Block {
+    uint16_t d;
+    int8_t qs[32];
+};
+static_assert(sizeof(Q8Block) == 34, "block_q8_0 is 34 bytes");
+
+float fp16_to_fp32(uint16_t h);
+uint16_t fp32_to_fp16(float f);  // round to nearest even, as F16C does
+
+class Q8Head {
+public:
+    // The instructions the kernel needs (x86-64 with AVX-VNNI or AVX512-VNNI).
+    static bool cpu_supported();
+    // Memory of the repacked copy for a head of this shape.
+    static uint64_t packed_bytes(int64_t n_vocab, int n_embd);
+
+    // `rows`: n_vocab rows of n_embd / 32 blocks, as ggml stores a Q8_0 matrix. Copies them
+    // into the kernel's layout (8 vocabulary rows interleaved per block). n_embd % 32 == 0.
+    Q8Head(const Q8Block* rows, int64_t n_vocab, int n_embd);
+    ~Q8Head();
+
+    int64_t n_vocab() const { return n_vocab_; }
+    int n_embd() const { return n_embd_; }
+    // logits[j * n_vocab + v] = head row v . hidden row j, for j < n_rows.
+    void compute(const float* hidden, int n_rows, float* logits, int n_threads) const;
+
+private:
+    struct Packed;
+    std::unique_ptr<Packed> packed_;
+    int64_t n_vocab_;
+    int n_embd_;
+};
+
+// The same arithmetic one value at a time, straight from ggml's layout (the tests' reference).
+void q8_head_reference(const Q8Block* rows, int64_t n_vocab, int n_embd, const float* hidden,
+                       int n_rows, float* logits);
+
+}  // namespace localspec
