@@ -65,6 +65,9 @@ class ModelMemory:
     sliding_window: int = 0
     path: str | None = None
     file_bytes: int = 0  # size of the GGUF file (tensor data + header)
+    # localspec's repacked copy of a Q8_0 head (csrc/q8_head.h): made when this model is the
+    # target and its head stays in host memory.
+    head_copy_bytes: int = 0
 
     @property
     def n_layer(self) -> int:
@@ -104,6 +107,10 @@ class ModelMemory:
                 output_bytes += tensor.nbytes
         embd = info.tensor("token_embd.weight")
         tied = embd.nbytes if embd is not None and info.tensor("output.weight") is None else 0
+        head = info.tensor("output.weight") or embd
+        head_copy = 0
+        if head is not None and head.type_name == "Q8_0" and info.n_embd % 32 == 0:
+            head_copy = -(-info.vocab_size // 8) * (info.n_embd // 32) * 288
         heads_kv = (info.n_head_kv_per_layer() + [0] * n_layer)[:n_layer]
         return cls(
             name=info.name,
@@ -120,6 +127,7 @@ class ModelMemory:
             sliding_window=int(info.arch_get("attention.sliding_window", 0) or 0),
             path=str(info.path),
             file_bytes=info.file_size,
+            head_copy_bytes=head_copy,
         )
 
 
@@ -145,14 +153,16 @@ class Placement:
     kv_host: int
     compute: int
     file_bytes: int = 0
+    head_copy_device: int = 0  # the verification head's copy (ModelMemory.head_copy_bytes)
+    head_copy_host: int = 0
 
     @property
     def device_bytes(self) -> int:
-        return self.weights_device + self.kv_device + self.compute
+        return self.weights_device + self.kv_device + self.compute + self.head_copy_device
 
     @property
     def host_bytes(self) -> int:
-        return self.weights_host + self.kv_host
+        return self.weights_host + self.kv_host + self.head_copy_host
 
 
 @dataclass(frozen=True)
@@ -194,16 +204,20 @@ class Plan:
 
 
 def place_model(model: ModelMemory, n_ctx: int, kv_type: str, on_device: int, *,
-                cpu: bool = False, n_ubatch: int = DEFAULT_UBATCH) -> Placement:
+                cpu: bool = False, n_ubatch: int = DEFAULT_UBATCH,
+                target: bool = False) -> Placement:
     """Placement with the last ``on_device`` layers (n_layer + 1: and the output) on device.
 
     On a CPU everything counts as "on the device" (RAM) and the tied head is not duplicated.
+    A target whose head stays in host memory also gets the verification head's copy.
     """
     n = model.n_layer
     kv_all = model.kv_bytes(range(n), n_ctx, kv_type)
+    head_copy = model.head_copy_bytes if target else 0
     if cpu:
         return Placement(model.name, model.path, n, n, True, 0, n_ctx, model.file_weight_bytes, 0,
-                         kv_all, 0, model.compute_bytes(True, n_ubatch), model.file_bytes)
+                         kv_all, 0, model.compute_bytes(True, n_ubatch), model.file_bytes,
+                         head_copy_device=head_copy)
     k = min(on_device, n)
     output_dev = on_device > n
     output_once = model.output_bytes - model.tied_bytes
@@ -214,23 +228,25 @@ def place_model(model: ModelMemory, n_ctx: int, kv_type: str, on_device: int, *,
     kv_dev = model.kv_bytes(range(n - k, n), n_ctx, kv_type)
     compute = model.compute_bytes(output_dev, n_ubatch)
     return Placement(model.name, model.path, n, k, output_dev, on_device, n_ctx, weights_dev,
-                     weights_host, kv_dev, kv_all - kv_dev, compute, model.file_bytes)
+                     weights_host, kv_dev, kv_all - kv_dev, compute, model.file_bytes,
+                     head_copy_host=0 if output_dev else head_copy)
 
 
 def _best_target(target: ModelMemory, n_ctx: int, kv_type: str, room: int,
                  n_ubatch: int) -> Placement:
     """The target placement with the most layers on device that still fits in ``room``."""
-    full = place_model(target, n_ctx, kv_type, target.n_layer + 1, n_ubatch=n_ubatch)
+    full = place_model(target, n_ctx, kv_type, target.n_layer + 1, n_ubatch=n_ubatch, target=True)
     if full.device_bytes <= room:
         return full
     lo, hi = 0, target.n_layer  # largest k with device_bytes(k) <= room (monotone in k)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if place_model(target, n_ctx, kv_type, mid, n_ubatch=n_ubatch).device_bytes <= room:
+        if place_model(target, n_ctx, kv_type, mid, n_ubatch=n_ubatch,
+                       target=True).device_bytes <= room:
             lo = mid
         else:
             hi = mid - 1
-    return place_model(target, n_ctx, kv_type, lo, n_ubatch=n_ubatch)
+    return place_model(target, n_ctx, kv_type, lo, n_ubatch=n_ubatch, target=True)
 
 
 def _context_warnings(models: list[tuple[str, ModelMemory, int]]) -> list[str]:
@@ -296,7 +312,8 @@ def plan_pair(
     def plan(t: Placement, d: Placement | None, fits: bool, reason: str | None = None) -> Plan:
         return Plan(device, kv_type, t, d, reserve, fits, reason, tuple(warnings))
 
-    t_full = place_model(target, n_ctx, kv_type, target.n_layer + 1, cpu=cpu, n_ubatch=n_ubatch)
+    t_full = place_model(target, n_ctx, kv_type, target.n_layer + 1, cpu=cpu, n_ubatch=n_ubatch,
+                         target=True)
     d_place = (place_model(draft, d_ctx, kv_type, draft.n_layer + 1, cpu=cpu, n_ubatch=n_ubatch)
                if draft else None)
     d_need = d_place.device_bytes if d_place else 0

@@ -42,6 +42,14 @@ def other_vocab_model_path(model_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def q8_head_model(model_dir: Path) -> Path:
+    """A tiny model whose output head is Q8_0 (vocabulary of 380: not a multiple of 8)."""
+    return write_model(
+        model_dir / "tiny-q8-head.gguf", TinyConfig(head_type="Q8_0", seed=5), name="tiny-q8-head"
+    )
+
+
+@pytest.fixture(scope="session")
 def engines(tiny_pair: tuple[Path, Path]) -> Iterator[dict[str, object]]:
     """One engine per drafter over the same target, shared by the tests of a session."""
     from localspec.engine import Engine

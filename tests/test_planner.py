@@ -347,3 +347,31 @@ def test_plan_summary() -> None:
     assert partial.startswith("GPU GPU0: target ") and "/28 layers" in partial
     assert "draft all layers" in partial and "host RAM" in partial
     assert plan_summary(plan_pair(TARGET, DRAFT, gpu(0.1), n_ctx=4096)).endswith("does NOT fit")
+
+
+def test_the_targets_q8_0_verification_head_copy_is_counted_where_it_lives() -> None:
+    from dataclasses import replace
+
+    copy = 180 * MiB
+    target = replace(TARGET, head_copy_bytes=copy)
+    draft = replace(DRAFT, head_copy_bytes=copy)  # a draft never gets one
+    cpu = Device("CPU", 64 * GiB, "cpu")
+    on_cpu = plan_pair(target, draft, cpu, 4096)
+    assert on_cpu.target.head_copy_device == copy and on_cpu.target.head_copy_host == 0
+    assert on_cpu.draft is not None and on_cpu.draft.head_copy_device == 0
+    without = plan_pair(TARGET, DRAFT, cpu, 4096)
+    assert on_cpu.device_bytes - without.device_bytes == copy
+    # Head on the GPU: llama.cpp computes it there, no copy.
+    assert plan_pair(target, None, gpu(80), 4096).target.head_copy_host == 0
+    # Head left in host memory (partial offload): the copy is host RAM.
+    partial = place_model(target, 4096, "f16", 10, target=True)
+    assert not partial.output_on_device and partial.head_copy_host == copy
+    assert "verification head copy" in on_cpu.explain()
+
+
+def test_head_copy_bytes_come_from_the_gguf_head_type(q8_head_model: Path,
+                                                      tiny_model_path: Path) -> None:
+    q8 = model_memory(q8_head_model)
+    n_groups = -(-q8.n_vocab // 8)
+    assert q8.head_copy_bytes == n_groups * (q8.n_embd // 32) * 288
+    assert model_memory(tiny_model_path).head_copy_bytes == 0  # an F32 head: llama.cpp's

@@ -11,7 +11,6 @@ import pytest
 
 from localspec import _core
 from localspec.engine import Engine
-from localspec.synthetic import TinyConfig, write_model
 from localspec.types import GenerationParams
 
 needs_vnni = pytest.mark.skipif(
@@ -79,31 +78,24 @@ def test_kernel_rejects_wrong_sizes() -> None:
         _core.q8_head_logits(blocks, 11, 64, np.zeros((1, 64), dtype=np.float32))
 
 
-@pytest.fixture(scope="module")
-def q8_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny model whose output head is stored as Q8_0 (vocabulary of 380: not a multiple of 8)."""
-    path = tmp_path_factory.mktemp("q8") / "tiny-q8-head.gguf"
-    return write_model(path, TinyConfig(head_type="Q8_0", seed=5), name="tiny-q8-head")
-
-
 @needs_vnni
 def test_engine_uses_the_fast_head_only_where_it_applies(
-    q8_target: Path, tiny_model_path: Path
+    q8_head_model: Path, tiny_model_path: Path
 ) -> None:
-    with Engine.load(q8_target, draft="ngram", n_ctx=512) as engine:
+    with Engine.load(q8_head_model, draft="ngram", n_ctx=512) as engine:
         assert engine.info.verify_head == "localspec-q8_0"
-    with Engine.load(q8_target, draft="ngram", n_ctx=512, fast_head=False) as engine:
+    with Engine.load(q8_head_model, draft="ngram", n_ctx=512, fast_head=False) as engine:
         assert engine.info.verify_head == "llama.cpp"
     with Engine.load(tiny_model_path, draft="ngram", n_ctx=512) as engine:  # an F32 head
         assert engine.info.verify_head == "llama.cpp"
 
 
 @needs_vnni
-def test_fast_head_logits_equal_llama_cpp_logits_for_the_same_batch(q8_target: Path) -> None:
+def test_fast_head_logits_equal_llama_cpp_logits_for_the_same_batch(q8_head_model: Path) -> None:
     tokens = list(range(20, 60))
     logits = {}
     for fast in (True, False):
-        with Engine.load(q8_target, draft="ngram", n_ctx=512, fast_head=fast) as engine:
+        with Engine.load(q8_head_model, draft="ngram", n_ctx=512, fast_head=fast) as engine:
             logits[fast] = {rows: engine.next_token_logits(tokens, rows) for rows in (1, 2, 5, 8)}
     for rows in (1, 2, 5, 8):
         ours, theirs = logits[True][rows], logits[False][rows]
@@ -112,12 +104,12 @@ def test_fast_head_logits_equal_llama_cpp_logits_for_the_same_batch(q8_target: P
 
 
 @needs_vnni
-def test_speculation_with_the_fast_head_is_lossless(q8_target: Path) -> None:
+def test_speculation_with_the_fast_head_is_lossless(q8_head_model: Path) -> None:
     prompt = "the cat sat on the mat and the dog sat on the log. the cat sat on the"
     greedy = GenerationParams(max_tokens=48, temperature=0.0, ignore_eos=True, reuse_cache=False)
-    with Engine.load(q8_target, draft="none", n_ctx=512, fast_head=False) as plain_engine:
+    with Engine.load(q8_head_model, draft="none", n_ctx=512, fast_head=False) as plain_engine:
         plain = plain_engine.generate(prompt, greedy)
-    with Engine.load(q8_target, draft="ngram", n_ctx=512) as engine:
+    with Engine.load(q8_head_model, draft="ngram", n_ctx=512) as engine:
         for draft_max in (1, 3, 8):
             spec = engine.generate(prompt, replace(greedy, draft_max=draft_max))
             assert spec.tokens == plain.tokens
