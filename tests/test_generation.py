@@ -162,3 +162,21 @@ def test_seeded_sampling_with_deterministic_drafts_is_plain_sampling(engines) ->
     for draft_max in ("auto", 2, 6):
         assert engines["ngram"].generate(prompt, params, draft_max=draft_max).tokens == plain
     assert engines["ngram"].generate(prompt, params, draft_max=6).stats.drafted > 0
+
+
+def test_one_engine_thread_loads_serves_and_frees(tiny_model_path, tmp_path) -> None:
+    import threading
+
+    from localspec.errors import LocalspecError
+
+    before = {t.ident for t in threading.enumerate()}
+    bad = tmp_path / "not-a-model.gguf"
+    bad.write_text("hello")
+    with pytest.raises(LocalspecError):  # a load error reaches the caller ...
+        Engine.load(bad, draft="none")
+    assert {t.ident for t in threading.enumerate()} == before  # ... and leaves no thread behind
+    engine = Engine.load(tiny_model_path, draft="ngram", n_ctx=256)
+    assert len({t.ident for t in threading.enumerate()} - before) == 1  # one engine thread
+    assert engine.generate("the cat", max_tokens=4, temperature=0.0).stats.n_tokens == 4
+    engine.close()
+    assert {t.ident for t in threading.enumerate()} == before
