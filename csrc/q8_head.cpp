@@ -6,6 +6,10 @@
 #include <stdexcept>
 #include <thread>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define LOCALSPEC_X86 1
@@ -269,6 +273,16 @@ void Q8Head::compute(const float* hidden, int n_rows, float* logits, int n_threa
     const Job job{packed_->weights.data(), packed_->scales.data(), packed_->n_blocks, &q, n_vocab_, logits};
     const int64_t n_groups = packed_->n_groups;
     const int workers = std::max(1, n_threads);
+#ifdef _OPENMP
+    // llama.cpp's CPU backend runs on OpenMP: reuse its (already spinning) worker threads
+    // rather than competing with them.
+#pragma omp parallel num_threads(workers)
+    {
+        const int t = omp_get_thread_num(), n = omp_get_num_threads();
+        run(job, n_groups * t / n, n_groups * (t + 1) / n);
+    }
+    return;
+#endif
     std::vector<std::thread> threads;
     for (int t = 1; t < workers; ++t) {
         threads.emplace_back(run, std::cref(job), n_groups * t / workers, n_groups * (t + 1) / workers);
