@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "errors.h"
+#include "head_hook.h"
 #include "q8_head.h"
 
 namespace localspec {
@@ -189,51 +190,6 @@ int Model::n_ctx_train() const { return llama_model_n_ctx_train(impl_->model); }
 
 uint64_t Model::size_bytes() const { return llama_model_size(impl_->model); }
 
-// ---- the output head -----------------------------------------------------------------------
-
-namespace {
-
-// llama.cpp's eval callback is asked about every graph node before it runs. This hook finds
-// the output head (node "result_output" = MUL_MAT(weights, "result_norm")), and when `capture`
-// is set it copies the hidden states "result_norm" and stops the graph there, leaving the head
-// to Q8Head. Anything else in the head (a bias, a logit soft-cap) and the hook stands aside.
-struct HeadHook {
-    bool capture = false;  // for the coming decode: stop after result_norm
-    bool captured = false;  // the last decode stopped there; `hidden` holds its rows
-    bool inspected = false;
-    const ggml_tensor* weights = nullptr;  // a Q8_0 head in CPU memory, once seen
-    std::vector<float> hidden;
-};
-
-bool is_host(const ggml_tensor* t) { return t->buffer && ggml_backend_buffer_is_host(t->buffer); }
-
-void inspect_head(HeadHook& hook, const ggml_tensor* out) {
-    hook.inspected = true;
-    const ggml_tensor* weights = out->src[0];
-    const ggml_tensor* hidden = out->src[1];
-    const bool plain_matmul = out->op == GGML_OP_MUL_MAT && weights && hidden &&
-                              std::strcmp(hidden->name, "result_norm") == 0;
-    if (plain_matmul && weights->type == GGML_TYPE_Q8_0 && ggml_is_contiguous(weights) && is_host(weights)) {
-        hook.weights = weights;
-    }
-}
-
-bool on_graph_node(ggml_tensor* t, bool ask, void* user_data) {
-    auto& hook = *static_cast<HeadHook*>(user_data);
-    if (ask) {
-        if (!hook.inspected && std::strcmp(t->name, "result_output") == 0) inspect_head(hook, t);
-        return hook.capture && std::strcmp(t->name, "result_norm") == 0;
-    }
-    // t is "result_norm", just computed.
-    if (t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t) || !is_host(t)) return true;
-    const auto* data = static_cast<const float*>(t->data);
-    hook.hidden.assign(data, data + ggml_nelements(t));
-    hook.captured = true;
-    return false;  // skip the rest of the graph: llama.cpp's head
-}
-
-}  // namespace
-
 // ---- context -------------------------------------------------------------------------------
 
 struct Context::Impl {
@@ -242,10 +198,8 @@ struct Context::Impl {
     int n_batch = 0;
     int n_threads = 1;
     bool fast_head = false;
-    HeadHook hook;
-    std::unique_ptr<Q8Head> head;
-    std::vector<float> head_logits;  // [row][n_vocab], valid when the last decode used `head`
-    bool used_head = false;
+    HeadHook hook;  // localspec's verification head, when fast_head
+    bool used_head = false;  // the last decode's logits come from `hook`
     ~Impl() {
         if (batch.token) llama_batch_free(batch);
         if (ctx) llama_free(ctx);
@@ -269,7 +223,7 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
     params.swa_full = true;
     impl_->fast_head = options.fast_head && Q8Head::cpu_supported();
     if (impl_->fast_head) {
-        params.cb_eval = on_graph_node;
+        params.cb_eval = HeadHook::on_graph_node;
         params.cb_eval_user_data = &impl_->hook;
     }
     impl_->n_threads = threads;
@@ -286,7 +240,7 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
     impl_->batch = llama_batch_init(impl_->n_batch, 0, 1);
     n_vocab_ = llama_vocab_n_tokens(model.impl_->vocab);
     if (impl_->fast_head) {
-        // One token through the graph shows the hook the head; build Q8Head now, at load time.
+        // One token through the graph shows the hook the head: the Q8Head is built at load.
         const Token bos = llama_vocab_bos(model.impl_->vocab);
         decode({bos >= 0 ? bos : 0}, 1);
         truncate(0);
@@ -318,10 +272,8 @@ void Context::decode(const std::vector<Token>& tokens, int n_logits) {
             batch.logits[j] = i >= first_logit ? 1 : 0;
         }
         const bool last = end == n;
-        impl_->hook.capture = last && impl_->head && n - first_logit >= 2;
-        impl_->hook.captured = false;
+        if (impl_->fast_head) impl_->hook.before_decode(last && n - first_logit >= 2);
         const int32_t rc = llama_decode(impl_->ctx, batch);
-        impl_->hook.capture = false;
         if (rc != 0) {
             throw std::runtime_error("llama_decode failed with code " + std::to_string(rc) + ": " +
                                      take_last_error());
@@ -330,36 +282,16 @@ void Context::decode(const std::vector<Token>& tokens, int n_logits) {
                           tokens.begin() + static_cast<long>(end));
     }
     n_logits_ = static_cast<int>(n - first_logit);
-    finish_head();
+    impl_->used_head = impl_->fast_head && impl_->hook.after_decode(n_logits_, n_vocab_, impl_->n_threads);
 }
 
-void Context::finish_head() {
-    Impl& impl = *impl_;
-    impl.used_head = false;
-    if (impl.fast_head && !impl.head && impl.hook.weights) {
-        const ggml_tensor* w = impl.hook.weights;
-        if (w->ne[1] == n_vocab_) {
-            impl.head = std::make_unique<Q8Head>(static_cast<const Q8Block*>(w->data), w->ne[1],
-                                                 static_cast<int>(w->ne[0]));
-        }
-        impl.hook.weights = nullptr;
-    }
-    if (!impl.hook.captured) return;
-    impl.hook.captured = false;
-    const size_t rows = impl.hook.hidden.size() / static_cast<size_t>(impl.head->n_embd());
-    if (rows != static_cast<size_t>(n_logits_)) throw std::logic_error("hidden rows do not match the logits rows");
-    impl.head_logits.resize(rows * static_cast<size_t>(n_vocab_));
-    impl.head->compute(impl.hook.hidden.data(), n_logits_, impl.head_logits.data(), impl.n_threads);
-    impl.used_head = true;
-}
-
-const char* Context::batch_head() const { return impl_->head ? "localspec-q8_0" : "llama.cpp"; }
+const char* Context::batch_head() const { return impl_->hook.ready() ? "localspec-q8_0" : "llama.cpp"; }
 
 const float* Context::logits(int row) const {
     // Rows with logits are the last n_logits_ tokens of the last decode call; llama.cpp
     // indexes them by batch position, so count from the end of that (last) batch.
     if (row < 0 || row >= n_logits_) throw std::out_of_range("logits row out of range");
-    if (impl_->used_head) return impl_->head_logits.data() + static_cast<size_t>(row) * static_cast<size_t>(n_vocab_);
+    if (impl_->used_head) return impl_->hook.logits(row, n_vocab_);
     const float* out = llama_get_logits_ith(impl_->ctx, row - n_logits_);
     if (!out) throw std::runtime_error("llama.cpp returned no logits for row " + std::to_string(row));
     return out;

@@ -95,8 +95,6 @@ public:
     size_t sync(const std::vector<Token>& tokens, int n_logits);
 
 private:
-    void finish_head();  // after a decode: build the fast head once, compute captured rows
-
     struct Impl;
     std::unique_ptr<Impl> impl_;
     std::vector<Token> kv_tokens_;

@@ -1,0 +1,68 @@
+#include "head_hook.h"
+
+#include <ggml-backend.h>
+#include <ggml.h>
+
+#include <cstring>
+#include <stdexcept>
+
+namespace localspec {
+
+namespace {
+bool is_host(const ggml_tensor* t) { return t->buffer && ggml_backend_buffer_is_host(t->buffer); }
+}  // namespace
+
+void HeadHook::inspect(const ggml_tensor* out) {
+    inspected_ = true;
+    const ggml_tensor* weights = out->src[0];
+    const ggml_tensor* hidden = out->src[1];
+    const bool plain_matmul = out->op == GGML_OP_MUL_MAT && weights && hidden &&
+                              std::strcmp(hidden->name, "result_norm") == 0;
+    if (plain_matmul && weights->type == GGML_TYPE_Q8_0 && ggml_is_contiguous(weights) && is_host(weights)) {
+        weights_ = weights;
+    }
+}
+
+bool HeadHook::on_graph_node(ggml_tensor* t, bool ask, void* user_data) {
+    auto& hook = *static_cast<HeadHook*>(user_data);
+    if (ask) {
+        if (!hook.inspected_ && std::strcmp(t->name, "result_output") == 0) hook.inspect(t);
+        return hook.armed_ && std::strcmp(t->name, "result_norm") == 0;
+    }
+    // t is "result_norm", just computed.
+    if (t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t) || !is_host(t)) return true;
+    const auto* data = static_cast<const float*>(t->data);
+    hook.hidden_.assign(data, data + ggml_nelements(t));
+    hook.captured_ = true;
+    return false;  // skip the rest of the graph: llama.cpp's head
+}
+
+void HeadHook::before_decode(bool take_rows) {
+    armed_ = take_rows && head_ != nullptr;
+    captured_ = false;
+}
+
+bool HeadHook::after_decode(int n_rows, int n_vocab, int n_threads) {
+    armed_ = false;
+    if (!head_ && weights_) {
+        if (weights_->ne[1] == n_vocab) {
+            head_ = std::make_unique<Q8Head>(static_cast<const Q8Block*>(weights_->data), weights_->ne[1],
+                                             static_cast<int>(weights_->ne[0]));
+        }
+        weights_ = nullptr;
+    }
+    if (!captured_) return false;
+    captured_ = false;
+    if (hidden_.size() != static_cast<size_t>(n_rows) * static_cast<size_t>(head_->n_embd())) {
+        throw std::logic_error("the captured hidden states do not match the logits rows");
+    }
+    logits_.resize(static_cast<size_t>(n_rows) * static_cast<size_t>(n_vocab));
+    head_->compute(hidden_.data(), n_rows, logits_.data(), n_threads);
+    return true;
+}
+
+const float* HeadHook::logits(int row, int n_vocab) const {
+    return logits_.data() + static_cast<size_t>(row) * static_cast<size_t>(n_vocab);
+}
+
+}  // namespace localspec
