@@ -155,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
             with Engine.load(target, draft=draft, n_ctx=args.ctx or 4096, n_threads=args.threads,
                              draft_p_min=0.0, verbose=args.verbose) as engine:
                 runs, tokens = _measure(engine, prompts, params, args)
+                verify_head = engine.info.verify_head
             outcome = _outcome(args, str(target), runs, tokens)
         header: dict[str, Any] = {"target": "synthetic", "drafter": "synthetic",
                                   "synthetic": asdict(spec)}
@@ -162,10 +163,11 @@ def run(args: argparse.Namespace) -> int:
         choice = choose_models(args)
         with load_engine(args, choice) as engine:
             runs, tokens = _measure(engine, prompts, params, args)
+            verify_head = engine.info.verify_head
         outcome = _outcome(args, choice.target, runs, tokens)
         header = {"target": choice.target, "drafter": choice.drafter}
-    header.update(max_tokens=args.max_tokens, temperature=args.temperature, draft_max=draft_max,
-                  repeat=args.repeat)
+    header.update(verify_head=verify_head, max_tokens=args.max_tokens,
+                  temperature=args.temperature, draft_max=draft_max, repeat=args.repeat)
     _show(args, header, outcome)
     return 0 if outcome.report.overall.identical != "NO" or args.temperature > 0 else 1
 
@@ -185,8 +187,9 @@ def _show(args: argparse.Namespace, header: dict[str, Any], outcome: Outcome) ->
         return
     console = Console(width=max(Console().width, 140))
     console.print(f"target {header['target']} | drafter {header['drafter']} | "
-                  f"{header['max_tokens']} tokens | temperature {header['temperature']} | "
-                  f"draft {header['draft_max']} | {header['repeat']} repeat(s)")
+                  f"verify head {header['verify_head']} | {header['max_tokens']} tokens | "
+                  f"temperature {header['temperature']} | draft {header['draft_max']} | "
+                  f"{header['repeat']} repeat(s)")
     print_report(outcome.report, console, per_prompt=args.per_prompt)
     if outcome.theory is not None:
         print_theory(outcome.theory, console)
