@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from localspec.devices import Device as Device  # re-exported with the device queries
+from localspec.devices import choose_device as choose_device
+from localspec.devices import default_device as default_device
+from localspec.devices import system_memory_available
 from localspec.errors import InvalidParameterError
 from localspec.gguf_reader import GGUFInfo, read_gguf
 from localspec.plan_table import GiB as GiB  # re-exported, as are the two size helpers
@@ -34,18 +37,6 @@ KV_PAD = 256  # llama.cpp rounds the KV cache size up to a multiple of this
 DEFAULT_UBATCH = 512
 _INPUT_PREFIXES = ("token_embd.", "position_embd.", "token_types.", "per_layer_token_embd.")
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
-
-DeviceKind = Literal["gpu", "cpu"]
-
-
-@dataclass(frozen=True)
-class Device:
-    """Where the models go: a GPU's free memory, or the RAM available on a CPU-only machine."""
-
-    name: str
-    free_bytes: int
-    kind: DeviceKind = "gpu"
-
 
 @dataclass(frozen=True)
 class ModelMemory:
@@ -341,61 +332,6 @@ def plan_pair(
     if host_free_bytes is not None and host > host_free_bytes:
         warnings.append("the layers left in host memory exceed the available RAM; expect swapping")
     return plan(t_place, d_place, True)
-
-
-def system_memory_available() -> int:
-    """RAM available for new allocations: MemAvailable on Linux, else the sysconf estimate."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            found = [int(line.split()[1]) * 1024 for line in meminfo
-                     if line.startswith("MemAvailable:")]
-        if found:
-            return found[0]
-    except OSError:
-        pass
-    for name in ("SC_AVPHYS_PAGES", "SC_PHYS_PAGES"):  # macOS lacks the first
-        try:
-            return int(os.sysconf(name)) * int(os.sysconf("SC_PAGE_SIZE"))
-        except (ValueError, OSError):
-            continue
-    return 0
-
-
-DeviceLister = Callable[[], list[dict[str, Any]]]
-_OFFLOAD_KINDS = ("gpu", "igpu")  # ggml device kinds that hold model layers
-
-
-def ggml_devices() -> list[dict[str, Any]]:
-    """ggml's backend devices (name, description, kind, free_bytes, total_bytes), or [] when the
-    compiled core is not available."""
-    try:
-        from localspec import _core
-    except ImportError:
-        return []
-    return list(_core.list_devices())
-
-
-def choose_device(devices: list[dict[str, Any]], budget_bytes: int | None = None) -> Device:
-    """Pure: the first GPU/iGPU of ``devices`` with its free memory, else the CPU with the
-    available RAM; ``budget_bytes`` replaces the free memory of whichever is chosen."""
-    for dev in devices:
-        if dev.get("kind") in _OFFLOAD_KINDS:
-            name = str(dev.get("name") or "GPU")
-            description = str(dev.get("description") or "")
-            if description and description != name:
-                name = f"{name} ({description})"
-            free = int(dev.get("free_bytes") or 0) or int(dev.get("total_bytes") or 0)
-            return Device(name, budget_bytes if budget_bytes is not None else free, "gpu")
-    free = budget_bytes if budget_bytes is not None else system_memory_available()
-    return Device(name="CPU", free_bytes=free, kind="cpu")
-
-
-def default_device(budget_bytes: int | None = None, *,
-                   list_devices: DeviceLister | None = None) -> Device:
-    """The device to plan for: the first GPU ggml reports, else the CPU (RAM).
-
-    ``list_devices`` replaces ggml's device query (tests pass made-up lists)."""
-    return choose_device((list_devices or ggml_devices)(), budget_bytes)
 
 
 def model_memory(path: str | os.PathLike[str]) -> ModelMemory:

@@ -125,7 +125,7 @@ def test_refusal_and_explicit_override_on_a_gpu(tiny_model_path: Path, tiny_draf
 
 def test_plan_for_ngram_and_cpu_layers(tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch,
                                        loads: list[dict[str, Any]]) -> None:
-    monkeypatch.setattr("localspec.planner.ggml_devices", list)  # a machine without a GPU
+    monkeypatch.setattr("localspec.devices.ggml_devices", list)  # a machine without a GPU
     plan = plan_for(tiny_model_path, "ngram", 512)
     assert plan.draft is None and plan.fits and plan.device.kind == "cpu"
     choice = ModelChoice(str(tiny_model_path), "ngram", 512, "auto", None, None, "t")

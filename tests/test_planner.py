@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from localspec import planner
+from localspec import devices
 from localspec.errors import InvalidParameterError
 from localspec.gguf_reader import read_gguf
 from localspec.plan_table import plan_summary
@@ -232,7 +232,7 @@ def test_model_memory_groups_the_file_tensors(tmp_path: Path) -> None:
 
 
 def test_plan_from_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(planner, "ggml_devices", list)  # as on a machine without a GPU
+    monkeypatch.setattr(devices, "ggml_devices", list)  # as on a machine without a GPU
     target = write_gguf(tmp_path / "t.gguf")
     draft = write_gguf(tmp_path / "d.gguf", tied=True)
     plan = plan_from_files(target, draft, 128, budget_bytes=1 * GiB)
@@ -295,11 +295,11 @@ def gpu_dev(name: str, free_gib: float, kind: str = "gpu", total_gib: float = 80
 
 
 def test_cpu_only_machine_plans_for_ram() -> None:
-    for devices in ([], [CPU_DEV], [CPU_DEV, BLAS_DEV]):
-        device = choose_device(devices)
+    for listed in ([], [CPU_DEV], [CPU_DEV, BLAS_DEV]):
+        device = choose_device(listed)
         assert device.kind == "cpu" and device.name == "CPU"
-        assert device.free_bytes == planner.system_memory_available() > 0
-        assert choose_device(devices, 3 * GiB) == Device("CPU", 3 * GiB, "cpu")
+        assert device.free_bytes == devices.system_memory_available() > 0
+        assert choose_device(listed, 3 * GiB) == Device("CPU", 3 * GiB, "cpu")
 
 
 def test_first_gpu_wins_with_its_free_memory() -> None:
@@ -331,7 +331,7 @@ def test_default_device_queries_ggml() -> None:
 
 def test_plan_command_device_cpu_ignores_a_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(planner, "ggml_devices", lambda: [CPU_DEV, gpu_dev("CUDA0", 1)])
+    monkeypatch.setattr(devices, "ggml_devices", lambda: [CPU_DEV, gpu_dev("CUDA0", 1)])
     target = str(write_gguf(tmp_path / "t.gguf"))
     _, out = run_plan(["--target", target, "--draft", "none", "--json"], capsys)
     assert json.loads(out)["device"]["name"] == "CUDA0 (CUDA0 card)"
