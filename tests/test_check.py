@@ -52,6 +52,7 @@ def test_json_fields(tiny_model_path: Path, tiny_draft_path: Path) -> None:
     assert m["accepted"] <= m["drafted"] and isinstance(m["helps"], bool)
     assert [c["label"] for c in m["categories"]] == ["qa", "code"]
     assert data["memory"].startswith("CPU RAM: ") or data["memory"].startswith("GPU ")
+    assert data["verify_head"] == "llama.cpp"  # the tiny target has an F32 head
 
 
 def test_mismatched_pair_exits_2_naming_the_token(tiny_model_path: Path,
