@@ -74,6 +74,7 @@ public:
     int n_ctx() const { return target_.n_ctx(); }
     std::string drafter_name() const { return drafter_ ? drafter_->name() : "none"; }
     std::string verify_head() const { return target_.batch_head(); }
+    std::string last_logits_head() const { return target_.last_head(); }
 
     GenerateResult generate(const GenerateRequest& request, const ChunkCallback& on_chunk);
 

@@ -287,6 +287,8 @@ void Context::decode(const std::vector<Token>& tokens, int n_logits) {
 
 const char* Context::batch_head() const { return impl_->hook.ready() ? "localspec-q8_0" : "llama.cpp"; }
 
+const char* Context::last_head() const { return impl_->used_head ? "localspec-q8_0" : "llama.cpp"; }
+
 const float* Context::logits(int row) const {
     // Rows with logits are the last n_logits_ tokens of the last decode call; llama.cpp
     // indexes them by batch position, so count from the end of that (last) batch.

@@ -87,6 +87,8 @@ public:
     // Which head computes the logits of batches with two or more logits rows:
     // "localspec-q8_0" (ContextOptions::fast_head took effect) or "llama.cpp".
     const char* batch_head() const;
+    // Which head computed the last decode's logits (the same two names).
+    const char* last_head() const;
 
     // Drop cache entries at positions >= n_keep (the KV rollback).
     void truncate(size_t n_keep);

@@ -204,6 +204,10 @@ class Engine:
         ``batch_rows`` tokens). Runs on the engine thread."""
         return self._call(lambda: self._core.next_token_logits(list(tokens), batch_rows))
 
+    def last_logits_head(self) -> str:
+        """Which head computed the target's last logits: "localspec-q8_0" or "llama.cpp"."""
+        return self._call(self._core.last_logits_head)
+
     def replay_greedy(self, prompt: Sequence[int], result: GenerationResult) -> int:
         """Recompute a greedy `result` with the target alone, in the same batch shapes, from a
         clean cache: the index of the first token that is not the target's argmax, or -1."""

@@ -96,7 +96,11 @@ def test_fast_head_logits_equal_llama_cpp_logits_for_the_same_batch(q8_head_mode
     logits = {}
     for fast in (True, False):
         with Engine.load(q8_head_model, draft="ngram", n_ctx=512, fast_head=fast) as engine:
-            logits[fast] = {rows: engine.next_token_logits(tokens, rows) for rows in (1, 2, 5, 8)}
+            logits[fast] = {}
+            for rows in (1, 2, 5, 8):
+                logits[fast][rows] = engine.next_token_logits(tokens, rows)
+                ours = fast and rows > 1  # single rows always use llama.cpp's head
+                assert engine.last_logits_head() == ("localspec-q8_0" if ours else "llama.cpp")
     for rows in (1, 2, 5, 8):
         ours, theirs = logits[True][rows], logits[False][rows]
         assert np.abs(ours - theirs).max() <= 1e-5 * np.abs(theirs).max()
@@ -114,3 +118,15 @@ def test_speculation_with_the_fast_head_is_lossless(q8_head_model: Path) -> None
             spec = engine.generate(prompt, replace(greedy, draft_max=draft_max))
             assert spec.tokens == plain.tokens
             assert spec.stats.drafted > 0
+
+
+@needs_vnni
+def test_fast_head_rows_of_a_prompt_longer_than_one_batch(q8_head_model: Path) -> None:
+    # n_batch is 2048: the decode runs in two pieces and only the last one asks for logits.
+    tokens = [20 + (i * 7) % 300 for i in range(2100)]
+    logits = {}
+    for fast in (True, False):
+        with Engine.load(q8_head_model, draft="ngram", n_ctx=4096, fast_head=fast) as engine:
+            logits[fast] = engine.next_token_logits(tokens, 4)
+            assert engine.last_logits_head() == ("localspec-q8_0" if fast else "llama.cpp")
+    assert np.abs(logits[True] - logits[False]).max() <= 1e-5 * np.abs(logits[False]).max()
