@@ -12,7 +12,9 @@
 #include <omp.h>
 #endif
 
-#if defined(__unix__) || defined(__APPLE__)
+#ifdef _WIN32
+#include <malloc.h>
+#else
 #include <sys/mman.h>
 #endif
 
@@ -140,14 +142,24 @@ class HugePageBuffer {
 public:
     explicit HugePageBuffer(size_t size) : size_(size) {
         constexpr size_t kHuge = size_t{2} << 20;
+        const size_t rounded = (size + kHuge - 1) / kHuge * kHuge;
+#ifdef _WIN32
+        data_ = static_cast<uint8_t*>(_aligned_malloc(rounded, kHuge));
+        if (!data_) throw std::bad_alloc();
+#else
         void* p = nullptr;
-        if (posix_memalign(&p, kHuge, (size + kHuge - 1) / kHuge * kHuge) != 0) throw std::bad_alloc();
+        if (posix_memalign(&p, kHuge, rounded) != 0) throw std::bad_alloc();
 #ifdef MADV_HUGEPAGE
-        madvise(p, (size + kHuge - 1) / kHuge * kHuge, MADV_HUGEPAGE);
+        madvise(p, rounded, MADV_HUGEPAGE);
 #endif
         data_ = static_cast<uint8_t*>(p);
+#endif
     }
+#ifdef _WIN32
+    ~HugePageBuffer() { _aligned_free(data_); }
+#else
     ~HugePageBuffer() { std::free(data_); }
+#endif
     HugePageBuffer(const HugePageBuffer&) = delete;
     HugePageBuffer& operator=(const HugePageBuffer&) = delete;
     uint8_t* data() const { return data_; }
