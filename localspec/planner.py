@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -335,8 +335,20 @@ def plan_pair(
 
 
 def model_memory(path: str | os.PathLike[str]) -> ModelMemory:
-    """Read a GGUF header (arrays skipped: fast) and describe its memory needs."""
-    return ModelMemory.from_gguf(read_gguf(Path(path), read_arrays=False))
+    """Read a GGUF header (arrays skipped: fast) and describe its memory needs. The
+    verification head's copy counts only where this CPU can run that head."""
+    memory = ModelMemory.from_gguf(read_gguf(Path(path), read_arrays=False))
+    if memory.head_copy_bytes and not _verification_head_supported():
+        memory = replace(memory, head_copy_bytes=0)
+    return memory
+
+
+def _verification_head_supported() -> bool:
+    try:
+        from localspec import _core
+    except ImportError:
+        return False
+    return bool(_core.q8_head_supported())
 
 
 def plan_from_files(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from localspec import devices
+from localspec import devices, planner
 from localspec.errors import InvalidParameterError
 from localspec.gguf_reader import read_gguf
 from localspec.plan_table import plan_summary
@@ -369,9 +369,13 @@ def test_the_targets_q8_0_verification_head_copy_is_counted_where_it_lives() -> 
     assert "verification head copy" in on_cpu.explain()
 
 
-def test_head_copy_bytes_come_from_the_gguf_head_type(q8_head_model: Path,
-                                                      tiny_model_path: Path) -> None:
+def test_head_copy_bytes_come_from_the_gguf_head_type(q8_head_model: Path, tiny_model_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(planner, "_verification_head_supported", lambda: True)
     q8 = model_memory(q8_head_model)
     n_groups = -(-q8.n_vocab // 8)
     assert q8.head_copy_bytes == n_groups * (q8.n_embd // 32) * 288
     assert model_memory(tiny_model_path).head_copy_bytes == 0  # an F32 head: llama.cpp's
+    # A CPU without AVX-VNNI keeps llama.cpp's head: no copy.
+    monkeypatch.setattr(planner, "_verification_head_supported", lambda: False)
+    assert model_memory(q8_head_model).head_copy_bytes == 0
