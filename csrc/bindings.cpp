@@ -294,6 +294,10 @@ PYBIND11_MODULE(_core, m) {
         Distribution d = warp(logits.data(), static_cast<int>(logits.size()), params);
         return py::make_tuple(d.ids, d.probs);
     });
+    m.def("argmax", [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits) {
+        if (logits.size() == 0) throw std::invalid_argument("argmax of no logits");
+        return argmax(logits.data(), static_cast<int>(logits.size()));
+    });
     m.def("quantize", [](const std::string& in, const std::string& out, const std::string& type, int threads) {
         backend_init(false);
         py::gil_scoped_release release;

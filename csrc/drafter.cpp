@@ -58,9 +58,10 @@ ModelDrafter::ModelDrafter(std::shared_ptr<Model> model, const ContextOptions& o
 
 namespace {
 
-// Probability of the most likely token under softmax(logits) at temperature 1.
-float top_probability(const float* logits, int n_vocab) {
-    const float max_logit = *std::max_element(logits, logits + n_vocab);
+// Probability of the most likely token (`best`, the argmax) under softmax(logits) at
+// temperature 1.
+float top_probability(const float* logits, int n_vocab, Token best) {
+    const float max_logit = logits[best];
     double sum = 0.0;
     for (int i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - max_logit));
     return static_cast<float>(1.0 / sum);
@@ -96,8 +97,8 @@ Draft ModelDrafter::draft(const std::vector<Token>& history, int k, const Sampli
             token = sample(q, rng);
             out.q.push_back(std::move(q));
         } else {
-            if (p_min_ > 0 && top_probability(logits, ctx_.n_vocab()) < p_min_) break;
             token = argmax(logits, ctx_.n_vocab());
+            if (p_min_ > 0 && top_probability(logits, ctx_.n_vocab(), token) < p_min_) break;
         }
         if (token >= max_token_) {
             if (sampled) out.q.pop_back();

@@ -69,3 +69,19 @@ def test_the_same_test_rejects_always_accept(engines, draft_engine) -> None:
     ids = list(q)
     samples = list(rng.choice(ids, size=N_SEEDS, p=np.array([q[i] for i in ids]) / sum(q.values())))
     assert chi_square_pvalue([int(s) for s in samples], p) < 1e-6
+
+
+def test_argmax_is_the_first_index_of_the_largest_logit() -> None:
+    """The vectorised argmax keeps std::max_element's rule: the first maximum wins, NaN never
+    does (unless every value is NaN), any length (not only multiples of its 16 lanes)."""
+    rng = np.random.default_rng(7)
+    for n in [1, 2, 15, 16, 17, 31, 33, 262_144, 1_000]:
+        for _ in range(20):
+            logits = rng.integers(-3, 4, size=n).astype(np.float32)  # many ties
+            if n > 2:
+                logits[rng.integers(1, n)] = np.nan
+                logits[rng.integers(0, n)] = -np.inf
+            expected = int(np.argmax(np.where(np.isnan(logits), -np.inf, logits)))
+            assert _core.argmax(logits) == expected
+    assert _core.argmax(np.full(40, -np.inf, dtype=np.float32)) == 0
+    assert _core.argmax(np.full(40, np.nan, dtype=np.float32)) == 0
