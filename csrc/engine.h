@@ -30,7 +30,7 @@ struct EngineOptions {
     int ngram_max = 4;
     float draft_p_min = 0.4f;  // model drafter stops when its top probability falls below this
     int controller_k_max = 15;  // the longest draft the adaptive controller may choose
-    bool fast_head = true;  // verification logits from localspec's Q8_0 head when possible
+    bool fast_head = true;  // the target's logits from localspec's Q8_0 head when possible
     bool verbose = false;
 };
 

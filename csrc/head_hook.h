@@ -1,4 +1,4 @@
-// Where localspec's verification head (q8_head.h) meets llama.cpp's graph. Includes ggml's
+// Where localspec's output head (q8_head.h) meets llama.cpp's graph. Includes ggml's
 // headers, never llama.h: llama_backend.cpp installs HeadHook::on_graph_node as the context's
 // eval callback and calls before_decode / after_decode around each llama_decode.
 #pragma once

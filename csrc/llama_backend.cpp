@@ -272,7 +272,7 @@ void Context::decode(const std::vector<Token>& tokens, int n_logits) {
             batch.logits[j] = i >= first_logit ? 1 : 0;
         }
         const bool last = end == n;
-        if (impl_->fast_head) impl_->hook.before_decode(last && n - first_logit >= 2);
+        if (impl_->fast_head) impl_->hook.before_decode(last && n > first_logit);
         const int32_t rc = llama_decode(impl_->ctx, batch);
         if (rc != 0) {
             throw std::runtime_error("llama_decode failed with code " + std::to_string(rc) + ": " +

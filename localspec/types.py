@@ -140,5 +140,6 @@ class EngineInfo:
     chat_template: str | None
     bos_text: str
     eos_text: str
-    # Which head computes verification logits: "localspec-q8_0" or "llama.cpp".
+    # Which head computes the target's logits (verification and plain decoding alike):
+    # "localspec-q8_0" or "llama.cpp".
     verify_head: str = "llama.cpp"

@@ -99,8 +99,7 @@ def test_fast_head_logits_equal_llama_cpp_logits_for_the_same_batch(q8_head_mode
             logits[fast] = {}
             for rows in (1, 2, 5, 8):
                 logits[fast][rows] = engine.next_token_logits(tokens, rows)
-                ours = fast and rows > 1  # single rows always use llama.cpp's head
-                assert engine.last_logits_head() == ("localspec-q8_0" if ours else "llama.cpp")
+                assert engine.last_logits_head() == ("localspec-q8_0" if fast else "llama.cpp")
     for rows in (1, 2, 5, 8):
         ours, theirs = logits[True][rows], logits[False][rows]
         assert np.abs(ours - theirs).max() <= 1e-5 * np.abs(theirs).max()
@@ -113,6 +112,10 @@ def test_speculation_with_the_fast_head_is_lossless(q8_head_model: Path) -> None
     greedy = GenerationParams(max_tokens=48, temperature=0.0, ignore_eos=True, reuse_cache=False)
     with Engine.load(q8_head_model, draft="none", n_ctx=512, fast_head=False) as plain_engine:
         plain = plain_engine.generate(prompt, greedy)
+    with Engine.load(q8_head_model, draft="none", n_ctx=512) as fast_plain_engine:
+        fast_plain = fast_plain_engine.generate(prompt, greedy)  # plain decoding, our head
+        assert fast_plain_engine.last_logits_head() == "localspec-q8_0"
+    assert fast_plain.tokens == plain.tokens
     with Engine.load(q8_head_model, draft="ngram", n_ctx=512) as engine:
         for draft_max in (1, 3, 8):
             spec = engine.generate(prompt, replace(greedy, draft_max=draft_max))
