@@ -243,7 +243,8 @@ PYBIND11_MODULE(_core, m) {
     m.def(
         "q8_head_logits",
         [](const py::array_t<uint8_t, py::array::c_style>& blocks, int64_t n_vocab, int n_embd,
-           const py::array_t<float, py::array::c_style>& hidden, bool reference, int n_threads) {
+           const py::array_t<float, py::array::c_style>& hidden, bool reference, int n_threads,
+           const std::string& kernel) {
             // blocks: ggml's Q8_0 bytes of an n_vocab x n_embd matrix; hidden: rows x n_embd.
             const auto n_rows = static_cast<int>(hidden.size() / n_embd);
             if (static_cast<size_t>(blocks.size()) != static_cast<size_t>(n_vocab) * (n_embd / 32) * sizeof(Q8Block) ||
@@ -259,13 +260,14 @@ PYBIND11_MODULE(_core, m) {
                 if (reference) {
                     q8_head_reference(rows, n_vocab, n_embd, x, n_rows, dst);
                 } else {
-                    Q8Head(rows, n_vocab, n_embd).compute(x, n_rows, dst, n_threads);
+                    Q8Head(rows, n_vocab, n_embd).compute(x, n_rows, dst, n_threads, kernel);
                 }
             }
             return out;
         },
         py::arg("blocks"), py::arg("n_vocab"), py::arg("n_embd"), py::arg("hidden"), py::arg("reference") = false,
-        py::arg("n_threads") = 2);
+        py::arg("n_threads") = 2, py::arg("kernel") = "");
+    m.def("q8_head_kernels", &Q8Head::kernel_names);
     m.def("accept_greedy", [](const std::vector<Token>& drafts, const std::vector<Token>& argmaxes) {
         return acceptance_to_dict(accept_greedy(drafts, argmaxes));
     });

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <new>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #ifdef _OPENMP
@@ -230,7 +231,9 @@ struct Job {
 #define LOCALSPEC_UNROLL _Pragma("GCC unroll 8")
 
 // One group of 8 vocabulary rows against ROWS hidden rows (first_row ..). The weights of the
-// group stay in cache while the caller loops over tiles of hidden rows.
+// group stay in cache while the caller loops over tiles of hidden rows. A block's 8
+// multiply-adds into one sum are a chain of dependent instructions; with few rows the sum is
+// split into CHAINS independent partial sums so that the chains overlap.
 #define LOCALSPEC_Q8_TILE(NAME, TARGET, DPBUSD)                                                      \
     template <int ROWS>                                                                              \
     __attribute__((target(TARGET))) void NAME(const Job& job, int64_t g, int first_row) {            \
@@ -239,6 +242,7 @@ struct Job {
         const float* dw = job.scales + g * nb * 8;                                                   \
         __m256 acc[ROWS];                                                                            \
         LOCALSPEC_UNROLL for (int j = 0; j < ROWS; ++j) acc[j] = _mm256_setzero_ps();                \
+        constexpr int CHAINS = ROWS >= 4 ? 1 : ROWS >= 2 ? 2 : 4;                                    \
         for (int b = 0; b < nb; ++b) {                                                               \
             __m256i wk[8];                                                                           \
             LOCALSPEC_UNROLL for (int k = 0; k < 8; ++k) wk[k] = _mm256_loadu_si256(w + b * 8 + k);  \
@@ -246,8 +250,14 @@ struct Job {
             LOCALSPEC_UNROLL for (int j = 0; j < ROWS; ++j) {                                        \
                 const size_t jb = static_cast<size_t>(first_row + j) * nb + b;                       \
                 const int32_t* x = job.q->words.data() + jb * 8;                                     \
-                __m256i isum = _mm256_set1_epi32(job.q->offset[jb]);                                 \
-                LOCALSPEC_UNROLL for (int k = 0; k < 8; ++k) isum = DPBUSD(isum, wk[k], _mm256_set1_epi32(x[k]));     \
+                __m256i part[CHAINS];                                                                \
+                part[0] = _mm256_set1_epi32(job.q->offset[jb]);                                      \
+                LOCALSPEC_UNROLL for (int c = 1; c < CHAINS; ++c) part[c] = _mm256_setzero_si256();  \
+                LOCALSPEC_UNROLL for (int k = 0; k < 8; ++k) {                                       \
+                    part[k % CHAINS] = DPBUSD(part[k % CHAINS], wk[k], _mm256_set1_epi32(x[k]));     \
+                }                                                                                    \
+                __m256i isum = part[0];                                                              \
+                LOCALSPEC_UNROLL for (int c = 1; c < CHAINS; ++c) isum = _mm256_add_epi32(isum, part[c]);  \
                 const __m256 scale = _mm256_mul_ps(scale_w, _mm256_set1_ps(job.q->scale[jb]));       \
                 acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[j]);                   \
             }                                                                                        \
@@ -270,54 +280,76 @@ LOCALSPEC_Q8_TILE(tile_avx512vnni, "avx2,fma,avx512vl,avx512vnni", _mm256_dpbusd
 #undef LOCALSPEC_Q8_TILE
 #undef LOCALSPEC_UNROLL
 
-// Tiles of 4 hidden rows keep 8 weight vectors + 4 accumulators in 16 registers.
-template <void (*T1)(const Job&, int64_t, int), void (*T2)(const Job&, int64_t, int),
-          void (*T3)(const Job&, int64_t, int), void (*T4)(const Job&, int64_t, int)>
+using Tile = void (*)(const Job&, int64_t, int);
+
+// A tile of hidden rows keeps 8 weight vectors and one accumulator per row in registers:
+// 4 rows fit AVX2's 16 vector registers, 8 rows AVX-512's 32 (each group's weights are then
+// read once for up to 8 rows, a whole typical verification batch).
+template <Tile... TILES>
 void run_groups(const Job& job, int64_t g0, int64_t g1) {
+    constexpr Tile tiles[] = {TILES...};
+    constexpr int max_rows = static_cast<int>(sizeof...(TILES));
     for (int64_t g = g0; g < g1; ++g) {
-        for (int j = 0; j < job.q->n_rows; j += 4) {
-            switch (std::min(4, job.q->n_rows - j)) {
-                case 1: T1(job, g, j); break;
-                case 2: T2(job, g, j); break;
-                case 3: T3(job, g, j); break;
-                default: T4(job, g, j); break;
-            }
+        // Equal tiles (9 rows: 5 + 4, not 8 + 1).
+        const int n_tiles = (job.q->n_rows + max_rows - 1) / max_rows;
+        for (int t = 0, j = 0; t < n_tiles; ++t) {
+            const int rows = (job.q->n_rows - j) / (n_tiles - t);
+            tiles[rows - 1](job, g, j);
+            j += rows;
         }
     }
 }
 
-using GroupRunner = void (*)(const Job&, int64_t, int64_t);
+struct Kernel {
+    const char* name;
+    void (*run)(const Job&, int64_t, int64_t);
+};
 
-GroupRunner pick_runner() {
+std::vector<Kernel> find_kernels() {
+    std::vector<Kernel> out;
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avxvnni")) {
-        return run_groups<tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>>;
-    }
     if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl")) {
-        return run_groups<tile_avx512vnni<1>, tile_avx512vnni<2>, tile_avx512vnni<3>, tile_avx512vnni<4>>;
+        out.push_back({"avx512vnni", run_groups<tile_avx512vnni<1>, tile_avx512vnni<2>, tile_avx512vnni<3>,
+                                                tile_avx512vnni<4>, tile_avx512vnni<5>, tile_avx512vnni<6>,
+                                                tile_avx512vnni<7>, tile_avx512vnni<8>>});
     }
-    return nullptr;
+    if (__builtin_cpu_supports("avxvnni")) {
+        out.push_back({"avxvnni", run_groups<tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>>});
+    }
+    return out;
 }
 
 #else
 
-using GroupRunner = void (*)(const Job&, int64_t, int64_t);
-GroupRunner pick_runner() { return nullptr; }
+struct Kernel {
+    const char* name;
+    void (*run)(const Job&, int64_t, int64_t);
+};
+std::vector<Kernel> find_kernels() { return {}; }
 
 #endif
 
-GroupRunner runner() {
-    static const GroupRunner chosen = pick_runner();
-    return chosen;
+const std::vector<Kernel>& kernels() {  // fastest first
+    static const std::vector<Kernel> found = find_kernels();
+    return found;
 }
 
 }  // namespace
 
-bool Q8Head::cpu_supported() { return runner() != nullptr; }
+bool Q8Head::cpu_supported() { return !kernels().empty(); }
 
-void Q8Head::compute(const float* hidden, int n_rows, float* logits, int n_threads) const {
-    const GroupRunner run = runner();
-    if (!run) throw std::logic_error("Q8Head needs AVX-VNNI or AVX512-VNNI");
+std::vector<std::string> Q8Head::kernel_names() {
+    std::vector<std::string> out;
+    for (const Kernel& k : kernels()) out.emplace_back(k.name);
+    return out;
+}
+
+void Q8Head::compute(const float* hidden, int n_rows, float* logits, int n_threads, const std::string& kernel) const {
+    const auto& found = kernels();
+    const auto chosen = std::find_if(found.begin(), found.end(),
+                                     [&](const Kernel& k) { return kernel.empty() || kernel == k.name; });
+    if (chosen == found.end()) throw std::invalid_argument("this CPU cannot run the Q8_0 head kernel '" + kernel + "'");
+    const auto run = chosen->run;
     const QuantizedRows q = quantize_rows(hidden, n_rows, n_embd_);
     const Job job{packed_->weights->data(), packed_->scales.data(), packed_->n_blocks, &q, n_vocab_, logits};
     const int64_t n_groups = packed_->n_groups;

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace localspec {
@@ -34,6 +35,8 @@ class Q8Head {
 public:
     // The instructions the kernel needs (x86-64 with AVX-VNNI or AVX512-VNNI).
     static bool cpu_supported();
+    // The kernels this CPU can run, fastest first ("avx512vnni", "avxvnni").
+    static std::vector<std::string> kernel_names();
     // Memory of the repacked copy for a head of this shape.
     static uint64_t packed_bytes(int64_t n_vocab, int n_embd);
 
@@ -44,8 +47,10 @@ public:
 
     int64_t n_vocab() const { return n_vocab_; }
     int n_embd() const { return n_embd_; }
-    // logits[j * n_vocab + v] = head row v . hidden row j, for j < n_rows.
-    void compute(const float* hidden, int n_rows, float* logits, int n_threads) const;
+    // logits[j * n_vocab + v] = head row v . hidden row j, for j < n_rows. `kernel`: one of
+    // kernel_names() (the tests run each), "" for the fastest.
+    void compute(const float* hidden, int n_rows, float* logits, int n_threads,
+                 const std::string& kernel = "") const;
 
 private:
     struct Packed;

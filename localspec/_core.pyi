@@ -98,7 +98,9 @@ def q8_head_logits(
     hidden: npt.NDArray[np.float32],
     reference: bool = False,
     n_threads: int = 2,
+    kernel: str = "",
 ) -> npt.NDArray[np.float32]: ...
+def q8_head_kernels() -> list[str]: ...
 def accept_greedy(drafts: list[int], argmaxes: list[int]) -> dict[str, Any]: ...
 def accept_sampled(
     drafts: list[int],

@@ -45,15 +45,18 @@ def numpy_q8_0_logits(blocks: np.ndarray, hidden: np.ndarray) -> np.ndarray:
 
 
 @needs_vnni
-@pytest.mark.parametrize("n_rows", [1, 2, 3, 4, 5, 8, 9])
-def test_kernel_matches_ggml_arithmetic(n_rows: int) -> None:
+@pytest.mark.parametrize("n_rows", [1, 2, 3, 4, 5, 8, 9, 16])
+@pytest.mark.parametrize("kernel", ["avx512vnni", "avxvnni"])
+def test_kernel_matches_ggml_arithmetic(n_rows: int, kernel: str) -> None:
+    if kernel not in _core.q8_head_kernels():
+        pytest.skip(f"this CPU cannot run the {kernel} kernel")
     rng = np.random.default_rng(n_rows)
     n_vocab, n_embd = 1003, 96  # a vocabulary that is not a multiple of the 8-row groups
     blocks = q8_0_bytes(rng.standard_normal((n_vocab, n_embd)))
     hidden = (rng.standard_normal((n_rows, n_embd)) * 3).astype(np.float32)
     hidden[0, :32] = 0.0  # an all-zero block quantizes with d = 0
     expected = numpy_q8_0_logits(blocks, hidden)
-    fast = _core.q8_head_logits(blocks, n_vocab, n_embd, hidden)
+    fast = _core.q8_head_logits(blocks, n_vocab, n_embd, hidden, kernel=kernel)
     reference = _core.q8_head_logits(blocks, n_vocab, n_embd, hidden, reference=True)
     assert fast.shape == (n_rows, n_vocab)
     scale = np.abs(expected).max()
@@ -76,6 +79,10 @@ def test_kernel_rejects_wrong_sizes() -> None:
     blocks = np.zeros(34 * 2 * 10, dtype=np.uint8)
     with pytest.raises(ValueError):
         _core.q8_head_logits(blocks, 11, 64, np.zeros((1, 64), dtype=np.float32))
+    if _core.q8_head_supported():
+        good = np.zeros(34 * 2 * 11, dtype=np.uint8)
+        with pytest.raises(ValueError, match="cannot run"):
+            _core.q8_head_logits(good, 11, 64, np.zeros((1, 64), dtype=np.float32), kernel="nope")
 
 
 @needs_vnni
