@@ -51,7 +51,7 @@ def render_plan(plan: Plan) -> str:
         ("weights on device", lambda p: format_bytes(p.weights_device)),
         (f"KV cache ({plan.kv_type}) on device", lambda p: format_bytes(p.kv_device)),
         ("compute buffers", lambda p: format_bytes(p.compute)),
-        ("verification head copy", lambda p: format_bytes(p.head_copy_device + p.head_copy_host)),
+        ("output head copy", lambda p: format_bytes(p.head_copy_device + p.head_copy_host)),
         ("total on device", lambda p: format_bytes(p.device_bytes)),
     ]
     if gpu:

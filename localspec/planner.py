@@ -144,7 +144,7 @@ class Placement:
     kv_host: int
     compute: int
     file_bytes: int = 0
-    head_copy_device: int = 0  # the verification head's copy (ModelMemory.head_copy_bytes)
+    head_copy_device: int = 0  # localspec's output head copy (ModelMemory.head_copy_bytes)
     head_copy_host: int = 0
 
     @property
@@ -200,7 +200,7 @@ def place_model(model: ModelMemory, n_ctx: int, kv_type: str, on_device: int, *,
     """Placement with the last ``on_device`` layers (n_layer + 1: and the output) on device.
 
     On a CPU everything counts as "on the device" (RAM) and the tied head is not duplicated.
-    A target whose head stays in host memory also gets the verification head's copy.
+    A target whose head stays in host memory also gets localspec's output head copy.
     """
     n = model.n_layer
     kv_all = model.kv_bytes(range(n), n_ctx, kv_type)
@@ -336,7 +336,7 @@ def plan_pair(
 
 def model_memory(path: str | os.PathLike[str]) -> ModelMemory:
     """Read a GGUF header (arrays skipped: fast) and describe its memory needs. The
-    verification head's copy counts only where this CPU can run that head."""
+    output head's copy counts only where this CPU can run that head."""
     memory = ModelMemory.from_gguf(read_gguf(Path(path), read_arrays=False))
     if memory.head_copy_bytes and not _verification_head_supported():
         memory = replace(memory, head_copy_bytes=0)

@@ -55,6 +55,17 @@ def test_json_fields(tiny_model_path: Path, tiny_draft_path: Path) -> None:
     assert data["verify_head"] == "llama.cpp"  # the tiny target has an F32 head
 
 
+def test_llama_head_flag_picks_the_target_head(q8_head_model: Path) -> None:
+    heads = {}
+    for extra in ((), ("--llama-head",)):
+        proc = check(q8_head_model, "ngram", "--max-tokens", "8", "--categories", "qa", "--json",
+                     *extra)
+        assert proc.returncode == 0, proc.stderr
+        heads[extra] = json.loads(proc.stdout)["verify_head"]
+    assert heads[("--llama-head",)] == "llama.cpp"
+    assert heads[()] == ("localspec-q8_0" if _core.q8_head_supported() else "llama.cpp")
+
+
 def test_mismatched_pair_exits_2_naming_the_token(tiny_model_path: Path,
                                                   other_vocab_model_path: Path) -> None:
     expected = _core.compare_vocab(str(tiny_model_path), str(other_vocab_model_path))

@@ -366,7 +366,7 @@ def test_the_targets_q8_0_verification_head_copy_is_counted_where_it_lives() -> 
     # Head left in host memory (partial offload): the copy is host RAM.
     partial = place_model(target, 4096, "f16", 10, target=True)
     assert not partial.output_on_device and partial.head_copy_host == copy
-    assert "verification head copy" in on_cpu.explain()
+    assert "output head copy" in on_cpu.explain()
 
 
 def test_head_copy_bytes_come_from_the_gguf_head_type(q8_head_model: Path, tiny_model_path: Path,

@@ -153,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="localspec-synthetic-") as tmp:
             target, draft = write_synthetic_pair(tmp, spec)
             with Engine.load(target, draft=draft, n_ctx=args.ctx or 4096, n_threads=args.threads,
-                             draft_p_min=0.0, verbose=args.verbose) as engine:
+                             draft_p_min=0.0, fast_head=not args.llama_head,
+                             verbose=args.verbose) as engine:
                 runs, tokens = _measure(engine, prompts, params, args)
                 verify_head = engine.info.verify_head
             outcome = _outcome(args, str(target), runs, tokens)
@@ -187,7 +188,7 @@ def _show(args: argparse.Namespace, header: dict[str, Any], outcome: Outcome) ->
         return
     console = Console(width=max(Console().width, 140))
     console.print(f"target {header['target']} | drafter {header['drafter']} | "
-                  f"verify head {header['verify_head']} | {header['max_tokens']} tokens | "
+                  f"target head {header['verify_head']} | {header['max_tokens']} tokens | "
                   f"temperature {header['temperature']} | draft {header['draft_max']} | "
                   f"{header['repeat']} repeat(s)")
     print_report(outcome.report, console, per_prompt=args.per_prompt)

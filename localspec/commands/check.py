@@ -180,6 +180,6 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out, ensure_ascii=False))
     else:
         print(f"Memory: {memory}")
-        print(f"Verification head: {verify_head}")
+        print(f"Target head: {verify_head}")
         print(render_measurement(report, n_prompts, params))
     return 1 if row.identical == "NO" else 0

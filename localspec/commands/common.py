@@ -65,6 +65,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, pair_option: bool) -
     parser.add_argument("--budget", default=None,
                         help="memory budget such as 8GiB (default: the GPU's free memory, else "
                         "the available RAM); see `localspec plan`")
+    parser.add_argument("--llama-head", action="store_true",
+                        help="compute the target's logits with llama.cpp's own output head "
+                        "(default: localspec's faster CPU head where it applies)")
     parser.add_argument("--verbose", action="store_true", help="show llama.cpp's log")
 
 
@@ -122,6 +125,7 @@ def load_engine(
         draft=choice.drafter,
         n_ctx=choice.n_ctx,
         n_threads=args.threads,
+        fast_head=not getattr(args, "llama_head", False),
         verbose=args.verbose,
         **layers,  # type: ignore[arg-type]
         **kwargs,  # type: ignore[arg-type]
