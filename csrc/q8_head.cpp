@@ -177,12 +177,12 @@ struct Q8Head::Packed {
     int64_t n_groups = 0;
     int n_blocks = 0;
     std::unique_ptr<HugePageBuffer> weights;  // [group][block][k][lane][4]
-    std::vector<float> scales;  // [group][block][lane]
+    std::vector<uint16_t> scales;  // [group][block][lane]: the fp16 d of each row's block
 };
 
 uint64_t Q8Head::packed_bytes(int64_t n_vocab, int n_embd) {
     const uint64_t groups = static_cast<uint64_t>((n_vocab + 7) / 8);
-    return groups * static_cast<uint64_t>(n_embd / 32) * (256 + 32);
+    return groups * static_cast<uint64_t>(n_embd / 32) * (256 + 16);
 }
 
 Q8Head::Q8Head(const Q8Block* rows, int64_t n_vocab, int n_embd)
@@ -195,13 +195,13 @@ Q8Head::Q8Head(const Q8Block* rows, int64_t n_vocab, int n_embd)
     p.weights = std::make_unique<HugePageBuffer>(n_group_blocks * 256);
     uint8_t* packed = p.weights->data();
     std::memset(packed, 128, p.weights->size());  // padding rows: w = 0
-    p.scales.assign(n_group_blocks * 8, 0.0f);
+    p.scales.assign(n_group_blocks * 8, 0);
     for (int64_t v = 0; v < n_vocab; ++v) {
         const size_t g = static_cast<size_t>(v / 8), lane = static_cast<size_t>(v % 8);
         for (int b = 0; b < p.n_blocks; ++b) {
             const Q8Block& block = rows[v * p.n_blocks + b];
             const size_t gb = g * static_cast<size_t>(p.n_blocks) + static_cast<size_t>(b);
-            p.scales[gb * 8 + lane] = fp16_to_fp32(block.d);
+            p.scales[gb * 8 + lane] = block.d;
             for (int i = 0; i < 32; ++i) {
                 packed[gb * 256 + static_cast<size_t>(i / 4) * 32 + lane * 4 + static_cast<size_t>(i % 4)] =
                     static_cast<uint8_t>(block.qs[i] + 128);
@@ -218,7 +218,7 @@ namespace {
 
 struct Job {
     const uint8_t* weights;
-    const float* scales;
+    const uint16_t* scales;
     int n_blocks;
     const QuantizedRows* q;
     int64_t n_vocab;
@@ -239,14 +239,14 @@ struct Job {
     __attribute__((target(TARGET))) void NAME(const Job& job, int64_t g, int first_row) {            \
         const int nb = job.n_blocks;                                                                 \
         const __m256i* w = reinterpret_cast<const __m256i*>(job.weights) + g * nb * 8;               \
-        const float* dw = job.scales + g * nb * 8;                                                   \
+        const uint16_t* dw = job.scales + g * nb * 8;                                                \
         __m256 acc[ROWS];                                                                            \
         LOCALSPEC_UNROLL for (int j = 0; j < ROWS; ++j) acc[j] = _mm256_setzero_ps();                \
         constexpr int CHAINS = ROWS >= 4 ? 1 : ROWS >= 2 ? 2 : 4;                                    \
         for (int b = 0; b < nb; ++b) {                                                               \
             __m256i wk[8];                                                                           \
             LOCALSPEC_UNROLL for (int k = 0; k < 8; ++k) wk[k] = _mm256_loadu_si256(w + b * 8 + k);  \
-            const __m256 scale_w = _mm256_loadu_ps(dw + b * 8);                                      \
+            const __m256 scale_w = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dw + b * 8)));  \
             LOCALSPEC_UNROLL for (int j = 0; j < ROWS; ++j) {                                        \
                 const size_t jb = static_cast<size_t>(first_row + j) * nb + b;                       \
                 const int32_t* x = job.q->words.data() + jb * 8;                                     \
@@ -275,8 +275,8 @@ struct Job {
         }                                                                                            \
     }
 
-LOCALSPEC_Q8_TILE(tile_avxvnni, "avx2,fma,avxvnni", _mm256_dpbusd_avx_epi32)
-LOCALSPEC_Q8_TILE(tile_avx512vnni, "avx2,fma,avx512vl,avx512vnni", _mm256_dpbusd_epi32)
+LOCALSPEC_Q8_TILE(tile_avxvnni, "avx2,fma,f16c,avxvnni", _mm256_dpbusd_avx_epi32)
+LOCALSPEC_Q8_TILE(tile_avx512vnni, "avx2,fma,f16c,avx512vl,avx512vnni", _mm256_dpbusd_epi32)
 #undef LOCALSPEC_Q8_TILE
 #undef LOCALSPEC_UNROLL
 
@@ -308,6 +308,7 @@ struct Kernel {
 std::vector<Kernel> find_kernels() {
     std::vector<Kernel> out;
     __builtin_cpu_init();
+    if (!__builtin_cpu_supports("f16c") || !__builtin_cpu_supports("fma")) return out;
     if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl")) {
         out.push_back({"avx512vnni", run_groups<tile_avx512vnni<1>, tile_avx512vnni<2>, tile_avx512vnni<3>,
                                                 tile_avx512vnni<4>, tile_avx512vnni<5>, tile_avx512vnni<6>,

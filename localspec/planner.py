@@ -101,7 +101,7 @@ class ModelMemory:
         head = info.tensor("output.weight") or embd
         head_copy = 0
         if head is not None and head.type_name == "Q8_0" and info.n_embd % 32 == 0:
-            head_copy = -(-info.vocab_size // 8) * (info.n_embd // 32) * 288
+            head_copy = -(-info.vocab_size // 8) * (info.n_embd // 32) * 272
         heads_kv = (info.n_head_kv_per_layer() + [0] * n_layer)[:n_layer]
         return cls(
             name=info.name,

@@ -374,7 +374,7 @@ def test_head_copy_bytes_come_from_the_gguf_head_type(q8_head_model: Path, tiny_
     monkeypatch.setattr(planner, "_verification_head_supported", lambda: True)
     q8 = model_memory(q8_head_model)
     n_groups = -(-q8.n_vocab // 8)
-    assert q8.head_copy_bytes == n_groups * (q8.n_embd // 32) * 288
+    assert q8.head_copy_bytes == n_groups * (q8.n_embd // 32) * 272
     assert model_memory(tiny_model_path).head_copy_bytes == 0  # an F32 head: llama.cpp's
     # A CPU without AVX-VNNI keeps llama.cpp's head: no copy.
     monkeypatch.setattr(planner, "_verification_head_supported", lambda: False)
