@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 
 namespace localspec {
@@ -62,16 +63,50 @@ void softmax(const float* logits, const std::vector<Token>& ids, double inv_temp
     for (double& v : out) v /= sum;
 }
 
+// The top k ids in one pass over the logits. A heap keeps the k best so far with the worst on
+// top. Ids are scanned in increasing order, so a later id with the same logit as the worst
+// ranks below it: a value enters only when strictly greater than the worst logit. Blocks of
+// 16 with no such value are skipped without a branch per value (after the first blocks,
+// nearly all of them); the result is exactly what a full sort would keep.
+std::vector<Token> top_k_ids(const float* logits, int n_vocab, size_t k,
+                             const std::function<bool(Token, Token)>& by_logit) {
+    std::vector<Token> heap;
+    heap.reserve(k);
+    int i = 0;
+    for (; i < n_vocab && heap.size() < k; ++i) {
+        heap.push_back(i);
+        std::push_heap(heap.begin(), heap.end(), by_logit);
+    }
+    constexpr int kBlock = 16;
+    float worst = logits[heap.front()];
+    for (; i < n_vocab; i += kBlock) {
+        const int end = std::min(n_vocab, i + kBlock);
+        if (end - i == kBlock) {
+            int greater = 0;  // an OR over compares: vector instructions, no branch per value
+            for (int j = 0; j < kBlock; ++j) greater |= logits[i + j] > worst;
+            if (!greater) continue;
+        }
+        for (int j = i; j < end; ++j) {
+            if (!(logits[j] > worst)) continue;
+            std::pop_heap(heap.begin(), heap.end(), by_logit);
+            heap.back() = j;
+            std::push_heap(heap.begin(), heap.end(), by_logit);
+            worst = logits[heap.front()];
+        }
+    }
+    std::sort_heap(heap.begin(), heap.end(), by_logit);  // best first
+    return heap;
+}
+
 // Candidate ids sorted by descending logit (ties by id); only the top k when k > 0.
 std::vector<Token> sorted_candidates(const float* logits, int n_vocab, int top_k) {
-    std::vector<Token> ids(static_cast<size_t>(n_vocab));
-    std::iota(ids.begin(), ids.end(), 0);
-    auto by_logit = [logits](Token a, Token b) {
+    const std::function<bool(Token, Token)> by_logit = [logits](Token a, Token b) {
         return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
     };
-    const size_t k = top_k > 0 ? std::min<size_t>(static_cast<size_t>(top_k), ids.size()) : ids.size();
-    std::partial_sort(ids.begin(), ids.begin() + static_cast<long>(k), ids.end(), by_logit);
-    ids.resize(k);
+    if (top_k > 0 && top_k < n_vocab) return top_k_ids(logits, n_vocab, static_cast<size_t>(top_k), by_logit);
+    std::vector<Token> ids(static_cast<size_t>(n_vocab));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::sort(ids.begin(), ids.end(), by_logit);
     return ids;
 }
 

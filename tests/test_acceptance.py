@@ -160,3 +160,18 @@ def test_coupled_rule_accepts_with_p_and_matches_the_target_distribution() -> No
         first.append(1 if out["n_accepted"] else out["token"])
     assert chi_square_pvalue(first, as_probs(P0)) > P_VALUE_FLOOR
     assert accepted / N_TRIALS == pytest.approx(P0[1], abs=0.03)
+
+
+@pytest.mark.parametrize("n", [1, 5, 16, 17, 100, 4099])
+def test_warp_top_k_keeps_exactly_the_k_best(n: int) -> None:
+    """The one-pass top-k (blocks skipped when nothing in them beats the k-th best) keeps the
+    same ids in the same order as a full sort: descending logit, ties by ascending id."""
+    rng = np.random.default_rng(n)
+    for _ in range(10):
+        logits = rng.integers(-6, 6, size=n).astype(np.float32)  # many ties
+        order = np.lexsort((np.arange(n), -logits))
+        for top_k in {1, 3, 40, max(n - 1, 1), n, n + 5}:
+            ids, _ = _core.warp(
+                logits, _core.SamplingParams(temperature=1.0, top_k=top_k, top_p=1.0, min_p=0.0)
+            )
+            assert ids == [int(i) for i in order[: min(top_k, n)]]
