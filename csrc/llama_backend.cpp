@@ -196,9 +196,10 @@ struct Context::Impl {
     llama_context* ctx = nullptr;
     llama_batch batch{};
     int n_batch = 0;
+    int n_ubatch = 0;
     int n_threads = 1;
     bool fast_head = false;
-    HeadHook hook;  // localspec's verification head, when fast_head
+    HeadHook hook;  // localspec's output head, when fast_head
     bool used_head = false;  // the last decode's logits come from `hook`
     ~Impl() {
         if (batch.token) llama_batch_free(batch);
@@ -237,6 +238,7 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
                                                   " (try a smaller --ctx)");
     }
     impl_->n_batch = static_cast<int>(params.n_batch);
+    impl_->n_ubatch = static_cast<int>(params.n_ubatch);
     impl_->batch = llama_batch_init(impl_->n_batch, 0, 1);
     n_vocab_ = llama_vocab_n_tokens(model.impl_->vocab);
     if (impl_->fast_head) {
@@ -271,8 +273,11 @@ void Context::decode(const std::vector<Token>& tokens, int n_logits) {
             batch.seq_id[j][0] = 0;
             batch.logits[j] = i >= first_logit ? 1 : 0;
         }
-        const bool last = end == n;
-        if (impl_->fast_head) impl_->hook.before_decode(last && n > first_logit);
+        // The hook takes the rows of one graph: llama.cpp runs a graph per n_ubatch tokens, so
+        // a piece longer than that (rows with logits could fall in two graphs) keeps llama.cpp's
+        // head.
+        const bool last = end == n, one_graph = end - start <= static_cast<size_t>(impl_->n_ubatch);
+        if (impl_->fast_head) impl_->hook.before_decode(last && one_graph && n > first_logit);
         const int32_t rc = llama_decode(impl_->ctx, batch);
         if (rc != 0) {
             throw std::runtime_error("llama_decode failed with code " + std::to_string(rc) + ": " +

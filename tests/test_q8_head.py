@@ -140,3 +140,20 @@ def test_fast_head_rows_of_a_prompt_longer_than_one_batch(q8_head_model: Path) -
             logits[fast] = engine.next_token_logits(tokens, 4)
             assert engine.last_logits_head() == ("localspec-q8_0" if fast else "llama.cpp")
     assert np.abs(logits[True] - logits[False]).max() <= 1e-5 * np.abs(logits[False]).max()
+
+
+@needs_vnni
+def test_rows_beyond_one_graph_keep_llama_cpp_s_head(q8_head_model: Path) -> None:
+    # 600 rows with logits: llama.cpp splits them over two graphs (n_ubatch 512), which the
+    # hook cannot stitch together, so llama.cpp's head computes them.
+    tokens = [20 + (i * 7) % 300 for i in range(700)]
+    with Engine.load(q8_head_model, draft="ngram", n_ctx=1024) as engine:
+        fast = engine.next_token_logits(tokens, 600)
+        assert engine.last_logits_head() == "llama.cpp"
+        again = engine.next_token_logits(tokens, 4)
+        assert engine.last_logits_head() == "localspec-q8_0"
+    with Engine.load(q8_head_model, draft="ngram", n_ctx=1024, fast_head=False) as engine:
+        theirs = engine.next_token_logits(tokens, 600)
+        theirs_4 = engine.next_token_logits(tokens, 4)
+    assert np.array_equal(fast, theirs)
+    assert np.abs(again - theirs_4).max() <= 1e-5 * np.abs(theirs_4).max()
