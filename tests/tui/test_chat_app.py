@@ -34,7 +34,9 @@ pytestmark = pytest.mark.asyncio
 
 
 def status_text(app: ChatApp) -> str:
-    return str(app.screen.query_one(StatusBar).render())
+    """The status bar's text; "" while a screen that was just switched to is still composing."""
+    bars = app.screen.query(StatusBar)
+    return str(bars.first().render()) if bars else ""
 
 
 def greedy_reply(engine: Engine, question: str, max_tokens: int, ignore_eos: bool = False) -> str:
