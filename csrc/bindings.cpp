@@ -224,6 +224,7 @@ PYBIND11_MODULE(_core, m) {
         .def("n_ctx", [](Core& c) { return c.engine().n_ctx(); })
         .def("drafter_name", [](Core& c) { return c.engine().drafter_name(); })
         .def("verify_head", [](Core& c) { return c.engine().verify_head(); })
+        .def("draft_head", [](Core& c) { return c.engine().draft_head(); })
         .def("last_logits_head", [](Core& c) { return c.engine().last_logits_head(); })
         .def("close", &Core::close);
 

@@ -34,6 +34,9 @@ public:
     virtual void rollback(const std::vector<Token>& /*history*/) {}
     // Process the prompt before generation starts, so drafting time excludes prefill.
     virtual void prefill(const std::vector<Token>& /*history*/) {}
+    // Which head computes a draft model's logits ("localspec-q8_0" or "llama.cpp"); "" when
+    // the drafter runs no model.
+    virtual std::string head() const { return ""; }
 };
 
 // Prompt lookup: find the most recent earlier occurrence of the last n tokens (longest n
@@ -62,6 +65,7 @@ public:
     Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override;
     void rollback(const std::vector<Token>& history) override;
     void prefill(const std::vector<Token>& history) override;
+    std::string head() const override { return ctx_.batch_head(); }
 
 private:
     std::shared_ptr<Model> model_;
@@ -81,6 +85,7 @@ public:
     Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override;
     void rollback(const std::vector<Token>& history) override { model_->rollback(history); }
     void prefill(const std::vector<Token>& history) override { model_->prefill(history); }
+    std::string head() const override { return model_->head(); }
 
 private:
     NgramDrafter ngram_;

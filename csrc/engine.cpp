@@ -22,7 +22,7 @@ std::shared_ptr<Model> load_target(const EngineOptions& options) {
     return std::make_shared<Model>(ModelOptions{options.target_path, options.n_gpu_layers_target});
 }
 
-ContextOptions context_options(const EngineOptions& options, bool fast_head = false) {
+ContextOptions context_options(const EngineOptions& options, bool fast_head) {
     ContextOptions out;
     out.n_ctx = options.n_ctx;
     out.n_threads = options.n_threads;
@@ -39,7 +39,7 @@ std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, const Model&
     const std::string path = hybrid ? options.drafter.substr(hybrid_prefix.size()) : options.drafter;
     auto draft = std::make_shared<Model>(ModelOptions{path, options.n_gpu_layers_draft});
     check_vocab_compatible(target, *draft);
-    auto model = std::make_unique<ModelDrafter>(draft, context_options(options), target.vocab().n_tokens,
+    auto model = std::make_unique<ModelDrafter>(draft, context_options(options, options.fast_head), target.vocab().n_tokens,
                                                 options.draft_sampling, options.draft_p_min);
     if (!hybrid) return model;
     return std::make_unique<HybridDrafter>(NgramDrafter(options.ngram_min, options.ngram_max), std::move(model));

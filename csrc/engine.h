@@ -30,7 +30,7 @@ struct EngineOptions {
     int ngram_max = 4;
     float draft_p_min = 0.4f;  // model drafter stops when its top probability falls below this
     int controller_k_max = 15;  // the longest draft the adaptive controller may choose
-    bool fast_head = true;  // the target's logits from localspec's Q8_0 head when possible
+    bool fast_head = true;  // logits from localspec's Q8_0 head when possible (target and draft)
     bool verbose = false;
 };
 
@@ -74,6 +74,7 @@ public:
     int n_ctx() const { return target_.n_ctx(); }
     std::string drafter_name() const { return drafter_ ? drafter_->name() : "none"; }
     std::string verify_head() const { return target_.batch_head(); }
+    std::string draft_head() const { return drafter_ ? drafter_->head() : ""; }
     std::string last_logits_head() const { return target_.last_head(); }
 
     GenerateResult generate(const GenerateRequest& request, const ChunkCallback& on_chunk);

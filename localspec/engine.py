@@ -139,7 +139,8 @@ class Engine:
         ``n_gpu_layers``: target layers to offload (-1: all); ``draft_sampling``: a draft model
         samples its tokens from q at temperature > 0 (else drafts greedily); ``draft_p_min``:
         a draft model stops drafting when its most likely token is below this probability;
-        ``fast_head``: the target's logits from localspec's Q8_0 CPU head where it applies.
+        ``fast_head``: the target's and a draft model's logits from localspec's Q8_0 CPU head
+        where it applies.
         """
         options = LoadOptions(
             target=str(target),

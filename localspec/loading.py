@@ -96,4 +96,5 @@ def _engine_info(core: _core.Core, options: LoadOptions) -> EngineInfo:
         bos_text=core.token_text(bos) if bos >= 0 else "",
         eos_text=core.token_text(eos) if eos >= 0 else "",
         verify_head=core.verify_head(),
+        draft_head=core.draft_head(),
     )

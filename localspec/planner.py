@@ -195,16 +195,15 @@ class Plan:
 
 
 def place_model(model: ModelMemory, n_ctx: int, kv_type: str, on_device: int, *,
-                cpu: bool = False, n_ubatch: int = DEFAULT_UBATCH,
-                target: bool = False) -> Placement:
+                cpu: bool = False, n_ubatch: int = DEFAULT_UBATCH) -> Placement:
     """Placement with the last ``on_device`` layers (n_layer + 1: and the output) on device.
 
     On a CPU everything counts as "on the device" (RAM) and the tied head is not duplicated.
-    A target whose head stays in host memory also gets localspec's output head copy.
+    A model whose head stays in host memory also gets localspec's output head copy.
     """
     n = model.n_layer
     kv_all = model.kv_bytes(range(n), n_ctx, kv_type)
-    head_copy = model.head_copy_bytes if target else 0
+    head_copy = model.head_copy_bytes
     if cpu:
         return Placement(model.name, model.path, n, n, True, 0, n_ctx, model.file_weight_bytes, 0,
                          kv_all, 0, model.compute_bytes(True, n_ubatch), model.file_bytes,
@@ -226,18 +225,17 @@ def place_model(model: ModelMemory, n_ctx: int, kv_type: str, on_device: int, *,
 def _best_target(target: ModelMemory, n_ctx: int, kv_type: str, room: int,
                  n_ubatch: int) -> Placement:
     """The target placement with the most layers on device that still fits in ``room``."""
-    full = place_model(target, n_ctx, kv_type, target.n_layer + 1, n_ubatch=n_ubatch, target=True)
+    full = place_model(target, n_ctx, kv_type, target.n_layer + 1, n_ubatch=n_ubatch)
     if full.device_bytes <= room:
         return full
     lo, hi = 0, target.n_layer  # largest k with device_bytes(k) <= room (monotone in k)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if place_model(target, n_ctx, kv_type, mid, n_ubatch=n_ubatch,
-                       target=True).device_bytes <= room:
+        if place_model(target, n_ctx, kv_type, mid, n_ubatch=n_ubatch).device_bytes <= room:
             lo = mid
         else:
             hi = mid - 1
-    return place_model(target, n_ctx, kv_type, lo, n_ubatch=n_ubatch, target=True)
+    return place_model(target, n_ctx, kv_type, lo, n_ubatch=n_ubatch)
 
 
 def _context_warnings(models: list[tuple[str, ModelMemory, int]]) -> list[str]:
@@ -303,8 +301,7 @@ def plan_pair(
     def plan(t: Placement, d: Placement | None, fits: bool, reason: str | None = None) -> Plan:
         return Plan(device, kv_type, t, d, reserve, fits, reason, tuple(warnings))
 
-    t_full = place_model(target, n_ctx, kv_type, target.n_layer + 1, cpu=cpu, n_ubatch=n_ubatch,
-                         target=True)
+    t_full = place_model(target, n_ctx, kv_type, target.n_layer + 1, cpu=cpu, n_ubatch=n_ubatch)
     d_place = (place_model(draft, d_ctx, kv_type, draft.n_layer + 1, cpu=cpu, n_ubatch=n_ubatch)
                if draft else None)
     d_need = d_place.device_bytes if d_place else 0

@@ -143,3 +143,5 @@ class EngineInfo:
     # Which head computes the target's logits (verification and plain decoding alike):
     # "localspec-q8_0" or "llama.cpp".
     verify_head: str = "llama.cpp"
+    # The same for a draft model's logits; "" for drafters without a model (n-gram, none).
+    draft_head: str = ""

@@ -349,22 +349,22 @@ def test_plan_summary() -> None:
     assert plan_summary(plan_pair(TARGET, DRAFT, gpu(0.1), n_ctx=4096)).endswith("does NOT fit")
 
 
-def test_the_targets_q8_0_verification_head_copy_is_counted_where_it_lives() -> None:
+def test_q8_0_output_head_copies_are_counted_where_they_live() -> None:
     from dataclasses import replace
 
     copy = 180 * MiB
     target = replace(TARGET, head_copy_bytes=copy)
-    draft = replace(DRAFT, head_copy_bytes=copy)  # a draft never gets one
+    draft = replace(DRAFT, head_copy_bytes=copy // 2)  # a draft model's head gets one too
     cpu = Device("CPU", 64 * GiB, "cpu")
     on_cpu = plan_pair(target, draft, cpu, 4096)
     assert on_cpu.target.head_copy_device == copy and on_cpu.target.head_copy_host == 0
-    assert on_cpu.draft is not None and on_cpu.draft.head_copy_device == 0
+    assert on_cpu.draft is not None and on_cpu.draft.head_copy_device == copy // 2
     without = plan_pair(TARGET, DRAFT, cpu, 4096)
-    assert on_cpu.device_bytes - without.device_bytes == copy
+    assert on_cpu.device_bytes - without.device_bytes == copy + copy // 2
     # Head on the GPU: llama.cpp computes it there, no copy.
     assert plan_pair(target, None, gpu(80), 4096).target.head_copy_host == 0
     # Head left in host memory (partial offload): the copy is host RAM.
-    partial = place_model(target, 4096, "f16", 10, target=True)
+    partial = place_model(target, 4096, "f16", 10)
     assert not partial.output_on_device and partial.head_copy_host == copy
     assert "output head copy" in on_cpu.explain()
 

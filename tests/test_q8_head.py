@@ -157,3 +157,21 @@ def test_rows_beyond_one_graph_keep_llama_cpp_s_head(q8_head_model: Path) -> Non
         theirs_4 = engine.next_token_logits(tokens, 4)
     assert np.array_equal(fast, theirs)
     assert np.abs(again - theirs_4).max() <= 1e-5 * np.abs(theirs_4).max()
+
+
+@needs_vnni
+def test_a_draft_model_with_a_q8_0_head_uses_localspec_s_head(q8_head_model: Path) -> None:
+    prompt = "the cat sat on the mat and the dog sat on the log. the cat sat on the"
+    greedy = GenerationParams(max_tokens=32, temperature=0.0, ignore_eos=True, reuse_cache=False)
+    with Engine.load(q8_head_model, draft="none", n_ctx=512, fast_head=False) as plain_engine:
+        plain = plain_engine.generate(prompt, greedy)
+    with Engine.load(q8_head_model, draft=q8_head_model, n_ctx=512) as engine:
+        assert engine.info.draft_head == "localspec-q8_0"
+        spec = engine.generate(prompt, replace(greedy, draft_max=3))
+    assert spec.tokens == plain.tokens
+    # The draft is the target itself: its drafts are the target's own argmaxes.
+    assert spec.stats.drafted > 0 and spec.stats.accepted == spec.stats.drafted
+    with Engine.load(q8_head_model, draft=q8_head_model, n_ctx=512, fast_head=False) as engine:
+        assert engine.info.draft_head == "llama.cpp"
+    with Engine.load(q8_head_model, draft="ngram", n_ctx=512) as engine:
+        assert engine.info.draft_head == ""

@@ -66,8 +66,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, pair_option: bool) -
                         help="memory budget such as 8GiB (default: the GPU's free memory, else "
                         "the available RAM); see `localspec plan`")
     parser.add_argument("--llama-head", action="store_true",
-                        help="compute the target's logits with llama.cpp's own output head "
-                        "(default: localspec's faster CPU head where it applies)")
+                        help="compute logits with llama.cpp's own output head (default: "
+                        "localspec's faster CPU head where it applies)")
     parser.add_argument("--verbose", action="store_true", help="show llama.cpp's log")
 
 
