@@ -331,16 +331,17 @@ def plan_pair(
     return plan(t_place, d_place, True)
 
 
-def model_memory(path: str | os.PathLike[str]) -> ModelMemory:
-    """Read a GGUF header (arrays skipped: fast) and describe its memory needs. The
-    output head's copy counts only where this CPU can run that head."""
+def model_memory(path: str | os.PathLike[str], *, fast_head: bool = True) -> ModelMemory:
+    """Read a GGUF header (arrays skipped: fast) and describe its memory needs. localspec's
+    output head copy counts only with ``fast_head`` (``--llama-head`` turns it off) and where
+    this CPU can run that head."""
     memory = ModelMemory.from_gguf(read_gguf(Path(path), read_arrays=False))
-    if memory.head_copy_bytes and not _verification_head_supported():
+    if memory.head_copy_bytes and not (fast_head and _output_head_supported()):
         memory = replace(memory, head_copy_bytes=0)
     return memory
 
 
-def _verification_head_supported() -> bool:
+def _output_head_supported() -> bool:
     try:
         from localspec import _core
     except ImportError:
@@ -357,6 +358,7 @@ def plan_from_files(
     *,
     device: Device | None = None,
     draft_n_ctx: int | None = None,
+    fast_head: bool = True,
 ) -> Plan:
     """Plan a pair straight from GGUF files. ``device=None``: the CPU with ``budget_bytes``
     (default: available RAM); with a device, ``budget_bytes`` caps its free memory."""
@@ -364,8 +366,8 @@ def plan_from_files(
         device = default_device(budget_bytes)
     elif budget_bytes is not None:
         device = Device(device.name, budget_bytes, device.kind)
-    target = model_memory(target_path)
-    draft = model_memory(draft_path) if draft_path is not None else None
+    target = model_memory(target_path, fast_head=fast_head)
+    draft = model_memory(draft_path, fast_head=fast_head) if draft_path is not None else None
     host = system_memory_available() if device.kind == "gpu" else None
     return plan_pair(target, draft, device, n_ctx, kv_type, draft_n_ctx=draft_n_ctx,
                      host_free_bytes=host)

@@ -271,6 +271,22 @@ def test_plan_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert code == 1 and "does NOT fit" in out
 
 
+def test_plan_command_llama_head_drops_the_head_copies(
+    q8_head_model: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(planner, "_output_head_supported", lambda: True)
+    copies = {}
+    for extra in ([], ["--llama-head"]):
+        code, out = run_plan(["--target", str(q8_head_model), "--draft", str(q8_head_model),
+                              "--device", "cpu", "--json", *extra], capsys)
+        data = json.loads(out)
+        assert code == 0
+        copies[bool(extra)] = (data["target"]["head_copy_device"],
+                               data["draft"]["head_copy_device"])
+    assert copies[False][0] > 0 and copies[False][0] == copies[False][1]
+    assert copies[True] == (0, 0)
+
+
 def test_plan_command_needs_a_budget_for_a_gpu(tmp_path: Path) -> None:
     from localspec.commands import plan
 
@@ -371,11 +387,12 @@ def test_q8_0_output_head_copies_are_counted_where_they_live() -> None:
 
 def test_head_copy_bytes_come_from_the_gguf_head_type(q8_head_model: Path, tiny_model_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(planner, "_verification_head_supported", lambda: True)
+    monkeypatch.setattr(planner, "_output_head_supported", lambda: True)
     q8 = model_memory(q8_head_model)
     n_groups = -(-q8.n_vocab // 8)
     assert q8.head_copy_bytes == n_groups * (q8.n_embd // 32) * 272
     assert model_memory(tiny_model_path).head_copy_bytes == 0  # an F32 head: llama.cpp's
     # A CPU without AVX-VNNI keeps llama.cpp's head: no copy.
-    monkeypatch.setattr(planner, "_verification_head_supported", lambda: False)
+    assert model_memory(q8_head_model, fast_head=False).head_copy_bytes == 0  # --llama-head
+    monkeypatch.setattr(planner, "_output_head_supported", lambda: False)
     assert model_memory(q8_head_model).head_copy_bytes == 0

@@ -89,19 +89,26 @@ def choose_models(args: argparse.Namespace) -> ModelChoice:
 
 
 def plan_for(
-    target: str | os.PathLike[str], drafter: str, n_ctx: int, budget: str | int | None = None
+    target: str | os.PathLike[str],
+    drafter: str,
+    n_ctx: int,
+    budget: str | int | None = None,
+    *,
+    fast_head: bool = True,
 ) -> Plan:
     """The memory plan for a target and a drafter ("ngram", "none" or a GGUF path); ``budget``
     is bytes or a size such as "8GiB" (default: the GPU's free memory, else available RAM).
     Reads the GGUF headers only; raises a LocalspecError for a missing or broken file."""
     draft = None if drafter in DRAFTER_KEYWORDS else draft_model_path(drafter)
     budget_bytes = parse_size(budget) if isinstance(budget, str) else budget
-    return plan_from_files(target, draft, n_ctx, budget_bytes)
+    return plan_from_files(target, draft, n_ctx, budget_bytes, fast_head=fast_head)
 
 
 def plan_choice(args: argparse.Namespace, choice: ModelChoice) -> Plan:
-    """``plan_for`` with the choice's models and context and the command's ``--budget``."""
-    return plan_for(choice.target, choice.drafter, choice.n_ctx, getattr(args, "budget", None))
+    """``plan_for`` with the choice's models and context and the command's ``--budget`` and
+    ``--llama-head``."""
+    return plan_for(choice.target, choice.drafter, choice.n_ctx, getattr(args, "budget", None),
+                    fast_head=not getattr(args, "llama_head", False))
 
 
 def load_engine(

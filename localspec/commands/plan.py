@@ -38,6 +38,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"),
                         help="plan for the CPU (RAM), a GPU of --budget bytes, or auto: the "
                         "first GPU ggml reports, else the CPU (default: auto)")
+    parser.add_argument("--llama-head", action="store_true",
+                        help="plan for llama.cpp's own output head (no copy of localspec's)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.set_defaults(func=handler)
 
@@ -64,7 +66,8 @@ def make_plan(args: argparse.Namespace) -> tuple[str, Plan]:
     target_path = registry.resolve_model(target, download=False)
     draft = registry.resolve_drafter(drafter, download=False)
     draft_path = None if draft in SPECIAL_DRAFTERS else draft
-    plan = plan_from_files(target_path, draft_path, n_ctx, None, args.kv_type, device=device)
+    plan = plan_from_files(target_path, draft_path, n_ctx, None, args.kv_type, device=device,
+                           fast_head=not args.llama_head)
     label = pair.name if pair and not (args.target or args.draft) else f"{target} + {drafter}"
     return label, plan
 

@@ -31,7 +31,8 @@ def memory_summary(info: EngineInfo) -> str:
     try:
         from localspec.planner import format_bytes, plan_from_files
 
-        plan = plan_from_files(info.target_path, draft, info.n_ctx)
+        fast_head = "localspec" in info.verify_head or "localspec" in info.draft_head
+        plan = plan_from_files(info.target_path, draft, info.n_ctx, fast_head=fast_head)
     except Exception:  # the summary is decoration: never fail the chat over it
         return _file_sizes(info.target_path, draft)
     text = f"mem {plan.device.name} {format_bytes(plan.device_bytes)}"
