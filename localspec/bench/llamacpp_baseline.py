@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
+from typing import Any, cast
 
 # llama-cpp-python's README: "10 is the default and generally good for gpu, 2 performs better
 # for cpu-only machines".
@@ -115,8 +115,10 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     threads = job["n_threads"]
     common = {"n_ctx": job["n_ctx"], "n_threads": threads, "n_threads_batch": threads,
               "n_gpu_layers": job.get("n_gpu_layers", -1), "verbose": False}
+    draft_model = cast(Any, lookup)  # duck-typed: llama_cpp only calls its draft model
     arms = {"plain": (llama_cpp.Llama(job["model"], **common), None),
-            "prompt-lookup": (llama_cpp.Llama(job["model"], draft_model=lookup, **common), lookup)}
+            "prompt-lookup": (llama_cpp.Llama(job["model"], draft_model=draft_model, **common),
+                              lookup)}
     max_tokens = int(job["max_tokens"])
     if job["prompts"]:
         for llm, counter in arms.values():  # warm-up

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from pydantic import ValidationError
 from starlette.responses import JSONResponse
@@ -43,7 +44,7 @@ def error_response(
     *,
     code: str | None = None,
     param: str | None = None,
-    headers: dict[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
     body = {
         "error": {
