@@ -1,0 +1,25 @@
+"""The style rules the project keeps (ruff clean, type-checked Python), checked like any
+other test so that CI catches a slip. The tool versions are pinned in the `test` extra."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_tool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_ruff_is_clean() -> None:
+    proc = run_tool("ruff", "check", "localspec", "tui", "tests")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_mypy_is_clean() -> None:
+    proc = run_tool("mypy", "localspec", "tui/localspec_tui")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
