@@ -223,7 +223,7 @@ def test_bench_json_and_plot(tiny_model_path: Path, tiny_draft_path: Path, promp
     out = json.loads(proc.stdout)
     assert {"target", "drafter", "max_tokens", "temperature", "draft_max", "repeat", "prompts",
             "categories", "overall", "accepted_length_histogram"} <= set(out)
-    assert out["verify_head"] == "llama.cpp"  # the tiny test model's head is F32
+    assert out["verify_head"] == out["draft_head"] == "llama.cpp"  # the tiny models: F32 heads
     assert [p["label"] for p in out["prompts"]] == ["fox", "81"]
     assert [c["label"] for c in out["categories"]] == ["summarization", "conversation"]
     for row in out["prompts"] + out["categories"] + [out["overall"]]:

@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
                              draft_p_min=0.0, fast_head=not args.llama_head,
                              verbose=args.verbose) as engine:
                 runs, tokens = _measure(engine, prompts, params, args)
-                verify_head = engine.info.verify_head
+                heads = _heads(engine)
             outcome = _outcome(args, str(target), runs, tokens)
         header: dict[str, Any] = {"target": "synthetic", "drafter": "synthetic",
                                   "synthetic": asdict(spec)}
@@ -164,13 +164,19 @@ def run(args: argparse.Namespace) -> int:
         choice = choose_models(args)
         with load_engine(args, choice) as engine:
             runs, tokens = _measure(engine, prompts, params, args)
-            verify_head = engine.info.verify_head
+            heads = _heads(engine)
         outcome = _outcome(args, choice.target, runs, tokens)
         header = {"target": choice.target, "drafter": choice.drafter}
-    header.update(verify_head=verify_head, max_tokens=args.max_tokens,
+    header.update(heads)
+    header.update(max_tokens=args.max_tokens,
                   temperature=args.temperature, draft_max=draft_max, repeat=args.repeat)
     _show(args, header, outcome)
     return 0 if outcome.report.overall.identical != "NO" or args.temperature > 0 else 1
+
+
+def _heads(engine: Engine) -> dict[str, str]:
+    """Which heads computed the target's and the draft model's logits (README: output head)."""
+    return {"verify_head": engine.info.verify_head, "draft_head": engine.info.draft_head}
 
 
 def _show(args: argparse.Namespace, header: dict[str, Any], outcome: Outcome) -> None:
@@ -188,7 +194,9 @@ def _show(args: argparse.Namespace, header: dict[str, Any], outcome: Outcome) ->
         return
     console = Console(width=max(Console().width, 140))
     console.print(f"target {header['target']} | drafter {header['drafter']} | "
-                  f"target head {header['verify_head']} | {header['max_tokens']} tokens | "
+                  f"target head {header['verify_head']}"
+                  + (f" | draft head {header['draft_head']}" if header["draft_head"] else "")
+                  + f" | {header['max_tokens']} tokens | "
                   f"temperature {header['temperature']} | draft {header['draft_max']} | "
                   f"{header['repeat']} repeat(s)")
     print_report(outcome.report, console, per_prompt=args.per_prompt)
