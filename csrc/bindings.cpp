@@ -323,6 +323,11 @@ PYBIND11_MODULE(_core, m) {
         if (logits.size() == 0) throw std::invalid_argument("argmax of no logits");
         return argmax(logits.data(), static_cast<int>(logits.size()));
     });
+    m.def("top_probability", [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits) {
+        if (logits.size() == 0) throw std::invalid_argument("top_probability of no logits");
+        const auto n = static_cast<int>(logits.size());
+        return top_probability(logits.data(), n, argmax(logits.data(), n));
+    });
     m.def("quantize", [](const std::string& in, const std::string& out, const std::string& type, int threads) {
         backend_init(false);
         py::gil_scoped_release release;

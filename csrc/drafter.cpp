@@ -56,19 +56,6 @@ ModelDrafter::ModelDrafter(std::shared_ptr<Model> model, const ContextOptions& o
                            float p_min)
     : model_(std::move(model)), ctx_(*model_, options), max_token_(max_token), sample_(sample), p_min_(p_min) {}
 
-namespace {
-
-// Probability of the most likely token (`best`, the argmax) under softmax(logits) at
-// temperature 1.
-float top_probability(const float* logits, int n_vocab, Token best) {
-    const float max_logit = logits[best];
-    double sum = 0.0;
-    for (int i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - max_logit));
-    return static_cast<float>(1.0 / sum);
-}
-
-}  // namespace
-
 void ModelDrafter::prefill(const std::vector<Token>& history) {
     if (history.size() > 1) ctx_.sync(std::vector<Token>(history.begin(), history.end() - 1), 0);
 }

@@ -5,6 +5,10 @@
 #include <functional>
 #include <numeric>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
+
 namespace localspec {
 
 float Distribution::prob(Token id) const {
@@ -46,6 +50,77 @@ Token argmax(const float* logits, int n_vocab) {
     const float* first = std::find(logits, end, best);
     if (first == end) return static_cast<Token>(std::max_element(logits, end) - logits);  // all NaN
     return static_cast<Token>(first - logits);
+}
+
+// ---- top_probability: 1 / sum_i exp(logit_i - max) ----------------------------------------
+//
+// With ~10^5 logits, one double exp per logit costs ~1 ms, as much as a small draft model's
+// pass on a GPU. With AVX2 the exponentials run 8 at a time: exp(x) = 2^n * e^r with
+// n = round(x / ln 2), r reduced in two steps (Cody-Waite) and e^r from Cephes' degree-6
+// polynomial (relative error ~2e-7). Partial sums stay in float for 1024 values at a time,
+// then go into a double.
+
+namespace {
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define LOCALSPEC_X86 1
+
+__attribute__((target("avx2,fma"))) __m256 exp_avx2(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));  // below: e^x < 2^-125, counted as that
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+
+// Sum of exp(logit - max_logit) over the first n / 8 * 8 logits.
+__attribute__((target("avx2,fma"))) double exp_sum_avx2(const float* logits, int n, float max_logit) {
+    const __m256 shift = _mm256_set1_ps(max_logit);
+    double total = 0.0;
+    for (int start = 0; start + 8 <= n; start += 1024) {
+        const int end = std::min(n / 8 * 8, start + 1024);
+        __m256 acc = _mm256_setzero_ps();
+        for (int i = start; i < end; i += 8) acc = _mm256_add_ps(acc, exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(logits + i), shift)));
+        alignas(32) float lanes[8];
+        _mm256_store_ps(lanes, acc);
+        for (const float v : lanes) total += v;
+    }
+    return total;
+}
+
+bool cpu_has_avx2() {
+    static const bool has = [] {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }();
+    return has;
+}
+
+#endif
+
+}  // namespace
+
+float top_probability(const float* logits, int n_vocab, Token best) {
+    const float max_logit = logits[best];
+    double sum = 0.0;
+    int i = 0;
+#ifdef LOCALSPEC_X86
+    if (cpu_has_avx2()) {
+        sum = exp_sum_avx2(logits, n_vocab, max_logit);
+        i = n_vocab / 8 * 8;
+    }
+#endif
+    for (; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - max_logit));
+    return static_cast<float>(1.0 / sum);
 }
 
 namespace {

@@ -46,6 +46,9 @@ private:
 Distribution warp(const float* logits, int n_vocab, const SamplingParams& params);
 
 Token argmax(const float* logits, int n_vocab);
+// The probability of token `best` (the argmax) under softmax(logits) at temperature 1, to
+// about 1e-6 relative (a draft model's confidence cutoff).
+float top_probability(const float* logits, int n_vocab, Token best);
 Token sample(const Distribution& dist, Rng& rng);
 // Inverse-CDF sample with a given uniform u in [0, 1) (the distribution's own order).
 Token sample_at(const Distribution& dist, double u);

@@ -85,3 +85,18 @@ def test_argmax_is_the_first_index_of_the_largest_logit() -> None:
             assert _core.argmax(logits) == expected
     assert _core.argmax(np.full(40, -np.inf, dtype=np.float32)) == 0
     assert _core.argmax(np.full(40, np.nan, dtype=np.float32)) == 0
+
+
+def test_top_probability_matches_a_double_precision_softmax() -> None:
+    """The draft's confidence (vectorised exponentials) against numpy in float64, for peaked
+    and flat distributions, lengths that are not multiples of the 8 lanes, and logits far
+    below the maximum (their exponentials underflow)."""
+    rng = np.random.default_rng(11)
+    for n in [1, 7, 8, 9, 1000, 262_144, 262_147]:
+        for scale in (0.1, 3.0, 30.0):
+            logits = (rng.standard_normal(n) * scale).astype(np.float32)
+            if n > 10:
+                logits[:5] = -1e4
+            shifted = logits.astype(np.float64) - logits.max()
+            expected = 1.0 / np.exp(shifted).sum()
+            assert _core.top_probability(logits) == pytest.approx(expected, rel=1e-5)
