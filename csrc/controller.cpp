@@ -10,7 +10,8 @@ namespace {
 constexpr double kDecay = 0.95;        // acceptance memory: ~20 steps
 constexpr double kCostSmoothing = 0.2; // EMA weight of a new cost sample
 constexpr double kPriorAccepted = 1.0, kPriorRejections = 1.0;  // a starts at 0.5
-constexpr int kProbeEvery = 8;         // while plain, try drafting every this many steps
+constexpr int kProbeEvery = 8;         // while plain, try drafting after this many steps,
+constexpr int kProbeEveryMax = 64;     // doubling after each probe that plain decoding still beats
 constexpr int kProbeLength = 2;
 constexpr int kExploreEvery = 8;       // while drafting, try an unmeasured batch size this often
 constexpr double kRequiredGain = 1.0;   // drafting must beat plain decoding (no margin: costs are measured)
@@ -28,6 +29,7 @@ void DraftController::reset_acceptance() {
     accepted_.assign(kKinds, kPriorAccepted);
     rejections_.assign(kKinds, kPriorRejections);
     plain_steps_ = 0;
+    probe_every_ = kProbeEvery;
 }
 
 namespace {
@@ -81,11 +83,20 @@ int DraftController::choose(int kind, int limit) {
     }
     ++steps_;
     // While plain decoding wins, probe now and then in case acceptance has improved; but not
-    // when even perfect acceptance could not pay for the drafts (an expensive draft model).
-    // A probe, or every kExploreEvery steps while drafting, tries the smallest unmeasured
-    // batch size, so that the whole cost curve gets measured.
-    const bool probe = best == 0 && ++plain_steps_ % kProbeEvery == 0 && could_win(kind);
-    if (best > 0) plain_steps_ = 0;
+    // when even perfect acceptance could not pay for the drafts (an expensive draft model),
+    // and less and less often while probes keep losing (a draft model near break-even pays
+    // for every probe). A probe, or every kExploreEvery steps while drafting, tries the
+    // smallest unmeasured batch size, so that the whole cost curve gets measured.
+    const bool probe = best == 0 && ++plain_steps_ >= probe_every_ && could_win(kind);
+    probing_ = probe;
+    if (probe) {
+        plain_steps_ = 0;
+        probe_every_ = std::min(2 * probe_every_, kProbeEveryMax);
+    }
+    if (best > 0) {
+        plain_steps_ = 0;
+        probe_every_ = kProbeEvery;
+    }
     if (probe || (best > 0 && steps_ % kExploreEvery == 0)) {
         for (int k = 1; k <= limit; ++k) {
             if (verify_[static_cast<size_t>(k) + 1] == 0) return k;
@@ -106,6 +117,13 @@ bool DraftController::could_win(int kind) const {
 void DraftController::observe(int k, int n_accepted, double draft_seconds, double verify_seconds, int kind) {
     if (k > 0) {
         const size_t i = kind_index(kind);
+        if (probing_ && n_accepted == k) {
+            // A probe accepted in full: the old estimate may be stale (the text turned to
+            // something the drafter knows). Start again from the prior, so that a few more
+            // steps decide, rather than waiting many backed-off probes to outweigh it.
+            accepted_[i] = kPriorAccepted;
+            rejections_[i] = kPriorRejections;
+        }
         accepted_[i] = accepted_[i] * kDecay + n_accepted;
         rejections_[i] = rejections_[i] * kDecay + (n_accepted < k ? 1 : 0);
         draft_cost_ = ema(draft_cost_, draft_seconds / k);

@@ -43,7 +43,9 @@ private:
     std::vector<double> accepted_, rejections_;
     std::vector<double> verify_;            // [j]: EMA of V(j); 0 = not measured
     double draft_cost_ = 0;                 // EMA of draft seconds per drafted token
-    int plain_steps_ = 0;                   // consecutive k = 0 choices (to schedule probes)
+    int plain_steps_ = 0;                   // k = 0 choices since the last probe or draft
+    int probe_every_ = 0;                   // plain steps before the next probe (backs off)
+    bool probing_ = false;                  // the last choice was a probe
     int steps_ = 0;
 };
 
