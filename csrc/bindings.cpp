@@ -237,6 +237,7 @@ PYBIND11_MODULE(_core, m) {
         .def("reset_acceptance", &DraftController::reset_acceptance)
         .def("acceptance", &DraftController::acceptance, py::arg("kind") = 0)
         .def("verify_seconds", &DraftController::verify_seconds)
+        .def("draft_seconds_per_token", &DraftController::draft_seconds_per_token, py::arg("kind") = 0)
         .def("expected_rate", &DraftController::expected_rate, py::arg("k"), py::arg("kind") = 0)
         .def_property_readonly("k_max", &DraftController::k_max);
 

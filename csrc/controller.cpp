@@ -21,7 +21,7 @@ double ema(double old, double sample) { return old == 0 ? sample : old + kCostSm
 }  // namespace
 
 DraftController::DraftController(int k_max)
-    : k_max_(std::max(0, k_max)), verify_(static_cast<size_t>(k_max_) + 2, 0.0) {
+    : k_max_(std::max(0, k_max)), verify_(static_cast<size_t>(k_max_) + 2, 0.0), draft_cost_(kKinds, 0.0) {
     reset_acceptance();
 }
 
@@ -40,6 +40,8 @@ double DraftController::acceptance(int kind) const {
     const size_t i = kind_index(kind);
     return accepted_[i] / (accepted_[i] + rejections_[i]);
 }
+
+double DraftController::draft_seconds_per_token(int kind) const { return draft_cost_[kind_index(kind)]; }
 
 double DraftController::verify_seconds(int rows) const {
     // The measured value if any. An unmeasured size is assumed to cost what the nearest
@@ -60,7 +62,7 @@ double DraftController::verify_seconds(int rows) const {
 double DraftController::expected_rate(int k, int kind) const {
     const double a = std::min(acceptance(kind), 0.999);
     const double tokens = (1.0 - std::pow(a, k + 1)) / (1.0 - a);
-    const double seconds = k * draft_cost_ + verify_seconds(k + 1);
+    const double seconds = k * draft_seconds_per_token(kind) + verify_seconds(k + 1);
     return seconds > 0 ? tokens / seconds : 0.0;
 }
 
@@ -108,7 +110,7 @@ int DraftController::choose(int kind, int limit) {
 bool DraftController::could_win(int kind) const {
     const double plain = expected_rate(0, kind) * kRequiredGain;
     for (int k = 1; k <= k_max_; ++k) {
-        const double perfect = (k + 1) / (k * draft_cost_ + verify_seconds(k + 1));
+        const double perfect = (k + 1) / (k * draft_seconds_per_token(kind) + verify_seconds(k + 1));
         if (perfect > plain) return true;
     }
     return false;
@@ -126,7 +128,7 @@ void DraftController::observe(int k, int n_accepted, double draft_seconds, doubl
         }
         accepted_[i] = accepted_[i] * kDecay + n_accepted;
         rejections_[i] = rejections_[i] * kDecay + (n_accepted < k ? 1 : 0);
-        draft_cost_ = ema(draft_cost_, draft_seconds / k);
+        draft_cost_[i] = ema(draft_cost_[i], draft_seconds / k);
     }
     const size_t rows = static_cast<size_t>(k) + 1;
     if (rows < verify_.size()) verify_[rows] = ema(verify_[rows], verify_seconds);

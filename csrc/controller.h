@@ -17,8 +17,9 @@ public:
     explicit DraftController(int k_max);
 
     int k_max() const { return k_max_; }
-    // Acceptance is tracked per kind of draft (e.g. the n-gram match length: a 4-token match
-    // predicts better than a 2-token one); kinds are 0 .. kKinds-1.
+    // Acceptance and draft cost are tracked per kind of draft (e.g. the n-gram match length: a
+    // 4-token match predicts better than a 2-token one, and costs nothing to draft, unlike a
+    // draft model, kind 0); kinds are 0 .. kKinds-1.
     static constexpr int kKinds = 8;
 
     // Draft length for the next step, for a draft of this kind, at most `limit` (the drafter's
@@ -32,7 +33,7 @@ public:
 
     double acceptance(int kind = 0) const;  // current estimate of a
     double verify_seconds(int rows) const;  // estimate of V(rows)
-    double draft_seconds_per_token() const { return draft_cost_; }
+    double draft_seconds_per_token(int kind = 0) const;
     double expected_rate(int k, int kind = 0) const;  // E(k) / T(k), tokens per second
 
 private:
@@ -42,7 +43,7 @@ private:
     // Decayed counts per kind: a = accepted / (accepted + rejections).
     std::vector<double> accepted_, rejections_;
     std::vector<double> verify_;            // [j]: EMA of V(j); 0 = not measured
-    double draft_cost_ = 0;                 // EMA of draft seconds per drafted token
+    std::vector<double> draft_cost_;        // [kind]: EMA of draft seconds per drafted token
     int plain_steps_ = 0;                   // k = 0 choices since the last probe or draft
     int probe_every_ = 0;                   // plain steps before the next probe (backs off)
     bool probing_ = false;                  // the last choice was a probe

@@ -30,6 +30,10 @@ std::vector<Token> lookup(const std::vector<Token>& context, int n_min, int n_ma
 }  // namespace
 
 Draft NgramDrafter::draft(const std::vector<Token>& history, int k, const SamplingParams&, Rng&) {
+    return lookup_draft(history, k);
+}
+
+Draft NgramDrafter::lookup_draft(const std::vector<Token>& history, int k) {
     Draft out;
     if (k <= 0) return out;
     int n_found = 0;

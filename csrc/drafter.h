@@ -16,8 +16,8 @@ struct Draft {
     // One distribution per drafted token when the drafter sampled from q; empty for a
     // deterministic drafter (q is then a point mass on each drafted token).
     std::vector<Distribution> q;
-    // What kind of draft this is, for the controller's acceptance estimates (the n-gram
-    // drafter reports its match length; 0 otherwise).
+    // What kind of draft this is, for the controller's acceptance and cost estimates (an
+    // n-gram lookup reports its match length, 1 or more; a draft model 0).
     int kind = 0;
 };
 
@@ -25,11 +25,18 @@ class Drafter {
 public:
     virtual ~Drafter() = default;
     virtual std::string name() const = 0;
-    // True when drafting costs (almost) nothing: the engine then drafts the longest proposal
-    // first and lets the controller decide how much of it to verify.
-    virtual bool cheap() const { return false; }
     // Propose up to k tokens to follow `history` (prompt + everything emitted so far).
     virtual Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) = 0;
+    // The two halves of draft() for the controller. lookup_draft: what costs (almost) nothing
+    // to propose (n-gram lookup), so the engine takes the longest proposal and lets the
+    // controller decide how much of it to verify. model_draft: what a draft model proposes,
+    // a pass per token, so its length is chosen first.
+    virtual Draft lookup_draft(const std::vector<Token>& /*history*/, int /*k*/) { return {}; }
+    virtual bool has_model() const { return false; }
+    virtual Draft model_draft(const std::vector<Token>& /*history*/, int /*k*/, const SamplingParams& /*params*/,
+                              Rng& /*rng*/) {
+        return {};
+    }
     // The step kept only `history`: drop any state that went beyond it (KV rollback).
     virtual void rollback(const std::vector<Token>& /*history*/) {}
     // Process the prompt before generation starts, so drafting time excludes prefill.
@@ -45,8 +52,8 @@ class NgramDrafter : public Drafter {
 public:
     NgramDrafter(int n_min, int n_max) : n_min_(n_min), n_max_(n_max) {}
     std::string name() const override { return "ngram"; }
-    bool cheap() const override { return true; }
     Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override;
+    Draft lookup_draft(const std::vector<Token>& history, int k) override;
 
 private:
     int n_min_;
@@ -63,6 +70,10 @@ public:
                  float p_min);
     std::string name() const override { return model_->path(); }
     Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override;
+    bool has_model() const override { return true; }
+    Draft model_draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override {
+        return draft(history, k, params, rng);
+    }
     void rollback(const std::vector<Token>& history) override;
     void prefill(const std::vector<Token>& history) override;
     std::string head() const override { return ctx_.batch_head(); }
@@ -83,6 +94,11 @@ public:
         : ngram_(std::move(ngram)), model_(std::move(model)) {}
     std::string name() const override { return "hybrid:" + model_->name(); }
     Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override;
+    Draft lookup_draft(const std::vector<Token>& history, int k) override { return ngram_.lookup_draft(history, k); }
+    bool has_model() const override { return true; }
+    Draft model_draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override {
+        return model_->draft(history, k, params, rng);
+    }
     void rollback(const std::vector<Token>& history) override { model_->rollback(history); }
     void prefill(const std::vector<Token>& history) override { model_->prefill(history); }
     std::string head() const override { return model_->head(); }

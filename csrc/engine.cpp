@@ -73,23 +73,22 @@ void SpecEngine::check_request(const GenerateRequest& request) const {
     }
 }
 
-// At most k_cap tokens. A cheap drafter (n-gram lookup) proposes first and the controller then
-// decides how much of the proposal is worth verifying, knowing what kind of draft it is; a
-// model drafter pays a pass per token, so its length is chosen before drafting.
+// At most k_cap tokens. A free proposal comes first (n-gram lookup, alone or in the hybrid
+// drafter) and the controller decides how much of it is worth verifying, knowing what kind of
+// draft it is; without one, a draft model pays a pass per token, so its length is chosen
+// before drafting. Each kind has its own acceptance and cost estimates.
 Draft SpecEngine::draft_tokens(const std::vector<Token>& history, int k_cap, bool adaptive,
                                const SamplingParams& params, Rng& rng) {
     if (!drafter_ || k_cap <= 0) return {};
     if (!adaptive) return drafter_->draft(history, k_cap, params, rng);
-    if (drafter_->cheap()) {
-        Draft draft = drafter_->draft(history, k_cap, params, rng);
-        if (draft.tokens.empty()) return draft;
-        const size_t k = static_cast<size_t>(controller_.choose(draft.kind, static_cast<int>(draft.tokens.size())));
-        draft.tokens.resize(k);
-        if (!draft.q.empty()) draft.q.resize(k);
+    Draft draft = drafter_->lookup_draft(history, k_cap);
+    if (!draft.tokens.empty()) {
+        draft.tokens.resize(static_cast<size_t>(controller_.choose(draft.kind, static_cast<int>(draft.tokens.size()))));
         return draft;
     }
+    if (!drafter_->has_model()) return draft;
     const int k = controller_.choose(0, k_cap);
-    return k > 0 ? drafter_->draft(history, k, params, rng) : Draft{};
+    return k > 0 ? drafter_->model_draft(history, k, params, rng) : Draft{};
 }
 
 // One speculative step: draft -> verify batch -> accept -> roll back -> emit.

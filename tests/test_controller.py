@@ -135,3 +135,24 @@ def test_probes_back_off_while_plain_decoding_keeps_winning() -> None:
     assert gaps[-3:].min() >= 60 and gaps.max() <= 70
     later = simulate(controller, accept=0.97, draft_cost=0.0005, verify=cpu_like, steps=200)
     assert np.median(later[-100:]) >= 3  # noticed within one long wait
+
+
+def test_each_kind_of_draft_has_its_own_cost() -> None:
+    """The hybrid drafter: free n-gram drafts (kind = match length) and an expensive draft
+    model (kind 0) under one controller. The model's cost must not stop the free drafts."""
+    controller = _core.DraftController(8)
+    rng = np.random.default_rng(5)
+    lookups = []
+    for step in range(600):
+        kind = 3 if step % 2 else 0  # every other step the context has a 3-token match
+        k = controller.choose(kind, 6 if kind else 1 << 30)
+        if kind:
+            lookups.append(k)
+        n = 0
+        while n < k and rng.random() < 0.9:
+            n += 1
+        draft_seconds = 0.0 if kind else 0.012 * k  # the model costs most of a target pass
+        controller.observe(k, n, draft_seconds, cpu_like(k + 1), kind)
+    assert controller.draft_seconds_per_token(3) == pytest.approx(0.0)
+    assert controller.draft_seconds_per_token(0) == pytest.approx(0.012)
+    assert np.median(lookups[-100:]) >= 2  # free drafts keep being verified
