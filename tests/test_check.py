@@ -52,7 +52,7 @@ def test_json_fields(tiny_model_path: Path, tiny_draft_path: Path) -> None:
     assert m["accepted"] <= m["drafted"] and isinstance(m["helps"], bool)
     assert [c["label"] for c in m["categories"]] == ["qa", "code"]
     assert data["memory"].startswith("CPU RAM: ") or data["memory"].startswith("GPU ")
-    assert data["verify_head"] == "llama.cpp"  # the tiny target has an F32 head
+    assert data["verify_head"] == data["draft_head"] == "llama.cpp"  # tiny models: F32 heads
 
 
 def test_llama_head_flag_picks_the_target_head(q8_head_model: Path) -> None:

@@ -118,7 +118,7 @@ def render_measurement(report: Report, n_prompts: int, params: GenerationParams)
 
 
 def _measure(args: argparse.Namespace, choice: ModelChoice,
-             params: GenerationParams) -> tuple[Report, int, str, str]:
+             params: GenerationParams) -> tuple[Report, int, str, dict[str, str]]:
     categories = args.categories.split(",") if args.categories else None
     prompts = load_prompts(args.prompts, categories=categories, limit_per_category=args.limit)
     plan = plan_choice(args, choice)
@@ -129,8 +129,8 @@ def _measure(args: argparse.Namespace, choice: ModelChoice,
             print(f"\rmeasuring: {done}/{total} prompts", end=end, file=sys.stderr, flush=True)
     with load_engine(args, choice, plan=plan) as engine:
         runs = run_comparison(engine, prompts, params, progress=progress)
-        verify_head = engine.info.verify_head
-    return summarize(runs), len(prompts), plan_summary(plan), verify_head
+        heads = {"verify_head": engine.info.verify_head, "draft_head": engine.info.draft_head}
+    return summarize(runs), len(prompts), plan_summary(plan), heads
 
 
 def run(args: argparse.Namespace) -> int:
@@ -162,11 +162,11 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({**out, "measurement": None}, ensure_ascii=False))
         return 0
-    report, n_prompts, memory, verify_head = _measure(args, choice, params)
+    report, n_prompts, memory, heads = _measure(args, choice, params)
     row = report.overall
     if args.json:
         out["memory"] = memory
-        out["verify_head"] = verify_head
+        out.update(heads)
         out["measurement"] = {
             "n_prompts": n_prompts, "max_tokens": params.max_tokens,
             "draft_max": params.draft_max, "plain_tps": row.plain_tps,
@@ -180,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out, ensure_ascii=False))
     else:
         print(f"Memory: {memory}")
-        print(f"Target head: {verify_head}")
+        draft = f" | draft head: {heads['draft_head']}" if heads["draft_head"] else ""
+        print(f"Target head: {heads['verify_head']}{draft}")
         print(render_measurement(report, n_prompts, params))
     return 1 if row.identical == "NO" else 0
