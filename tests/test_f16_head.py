@@ -3,6 +3,8 @@ engine against llama.cpp's own head on real (tiny) GGUFs whose heads are F16 and
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -62,20 +64,21 @@ def test_kernel_threads_split_the_vocabulary_exactly() -> None:
     assert np.array_equal(one, three)
 
 
-HEADS = [("f16_head_model", "localspec-f16"), ("bf16_head_model", "localspec-bf16")]
+@needs_f16c
+def test_engine_logits_equal_llama_cpp_logits(f16_head_model: Path) -> None:
+    check_logits_match_llama_cpp(f16_head_model, "localspec-f16")
 
 
 @needs_f16c
-@pytest.mark.parametrize(("model", "head"), HEADS)
-def test_engine_logits_equal_llama_cpp_logits(
-    model: str, head: str, request: pytest.FixtureRequest
-) -> None:
-    check_logits_match_llama_cpp(request.getfixturevalue(model), head)
+def test_speculation_with_the_f16_head_is_lossless(f16_head_model: Path) -> None:
+    check_speculation_lossless(f16_head_model, "localspec-f16")
 
 
 @needs_f16c
-@pytest.mark.parametrize(("model", "head"), HEADS)
-def test_speculation_with_the_16_bit_head_is_lossless(
-    model: str, head: str, request: pytest.FixtureRequest
-) -> None:
-    check_speculation_lossless(request.getfixturevalue(model), head)
+def test_engine_bf16_logits_equal_llama_cpp_logits(bf16_head_model: Path) -> None:
+    check_logits_match_llama_cpp(bf16_head_model, "localspec-bf16")
+
+
+@needs_f16c
+def test_speculation_with_the_bf16_head_is_lossless(bf16_head_model: Path) -> None:
+    check_speculation_lossless(bf16_head_model, "localspec-bf16")
