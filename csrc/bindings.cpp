@@ -275,8 +275,8 @@ PYBIND11_MODULE(_core, m) {
     m.def(
         "f16_head_logits",
         [](const py::array_t<uint16_t, py::array::c_style>& weights, const py::array_t<float, py::array::c_style>& hidden,
-           int n_threads, bool bf16) {
-            // weights: the fp16 (or bf16) bits of an n_vocab x n_embd matrix; hidden: rows x n_embd.
+           int n_threads) {
+            // weights: the fp16 bits of an n_vocab x n_embd matrix; hidden: rows x n_embd.
             if (weights.ndim() != 2 || hidden.ndim() != 2 || hidden.shape(1) != weights.shape(1)) {
                 throw std::invalid_argument("weights and hidden must be 2-d with the same number of columns");
             }
@@ -287,12 +287,11 @@ PYBIND11_MODULE(_core, m) {
             float* dst = out.mutable_data();
             {
                 py::gil_scoped_release release;
-                const auto format = bf16 ? HalfFormat::BF16 : HalfFormat::F16;
-                F16Head(weights.data(), n_vocab, n_embd, format).compute(hidden.data(), n_rows, dst, n_threads);
+                F16Head(weights.data(), n_vocab, n_embd).compute(hidden.data(), n_rows, dst, n_threads);
             }
             return out;
         },
-        py::arg("weights"), py::arg("hidden"), py::arg("n_threads") = 2, py::arg("bf16") = false);
+        py::arg("weights"), py::arg("hidden"), py::arg("n_threads") = 2);
     m.def("accept_greedy", [](const std::vector<Token>& drafts, const std::vector<Token>& argmaxes) {
         return acceptance_to_dict(accept_greedy(drafts, argmaxes));
     });

@@ -18,8 +18,8 @@ namespace localspec {
 // column c, 8 fp16 values (16 bytes): lane r holds row 8g+r's weight c. One conversion gives
 // a vector of the 8 rows' weights, multiplied by hidden value c broadcast: 8 logits at once.
 
-F16Head::F16Head(const uint16_t* rows, int64_t n_vocab, int n_embd, HalfFormat format)
-    : format_(format), n_vocab_(n_vocab), n_groups_((n_vocab + 7) / 8), n_embd_(n_embd) {
+F16Head::F16Head(const uint16_t* rows, int64_t n_vocab, int n_embd)
+    : n_vocab_(n_vocab), n_groups_((n_vocab + 7) / 8), n_embd_(n_embd) {
     if (n_embd <= 0) throw std::invalid_argument("an F16 head needs columns");
     const size_t n_cols = static_cast<size_t>(n_embd);
     weights_ = std::make_unique<HugePageBuffer>(static_cast<size_t>(n_groups_) * n_cols * 8 * sizeof(uint16_t));
@@ -47,18 +47,10 @@ struct Job {
 
 #ifdef LOCALSPEC_X86
 
-// 8 weights (one per lane) as floats: fp16 through F16C, bf16 by a 16-bit shift.
-template <HalfFormat FORMAT>
-__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const uint16_t* w) {
-    const __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
-    if constexpr (FORMAT == HalfFormat::F16) return _mm256_cvtph_ps(half);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
-}
-
 // One group of 8 vocabulary rows against ROWS hidden rows (first_row ..). Each row's sum is
 // split into CHAINS interleaved partial sums so that few rows still keep the FMA units busy
 // (one sum would be a chain of n_embd dependent multiply-adds).
-template <HalfFormat FORMAT, int ROWS>
+template <int ROWS>
 __attribute__((target("avx2,fma,f16c"))) void tile(const Job& job, int64_t g, int first_row) {
     constexpr int CHAINS = ROWS <= 3 ? 4 : ROWS <= 6 ? 2 : 1;
     const int n_embd = job.n_embd;
@@ -73,13 +65,13 @@ __attribute__((target("avx2,fma,f16c"))) void tile(const Job& job, int64_t g, in
     for (int c = 0; c < n_full; c += CHAINS) {
 #pragma GCC unroll 4
         for (int u = 0; u < CHAINS; ++u) {
-            const __m256 wv = load8<FORMAT>(w + (c + u) * 8);
+            const __m256 wv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + (c + u) * 8)));
 #pragma GCC unroll 8
             for (int j = 0; j < ROWS; ++j) acc[j][u] = _mm256_fmadd_ps(wv, _mm256_broadcast_ss(x[j] + c + u), acc[j][u]);
         }
     }
     for (int c = n_full; c < n_embd; ++c) {
-        const __m256 wv = load8<FORMAT>(w + c * 8);
+        const __m256 wv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + c * 8)));
         for (int j = 0; j < ROWS; ++j) acc[j][0] = _mm256_fmadd_ps(wv, _mm256_broadcast_ss(x[j] + c), acc[j][0]);
     }
     const int64_t valid = std::min<int64_t>(8, job.n_vocab - g * 8);
@@ -94,11 +86,9 @@ __attribute__((target("avx2,fma,f16c"))) void tile(const Job& job, int64_t g, in
 }
 
 using Tile = void (*)(const Job&, int64_t, int);
+constexpr Tile kTiles[] = {tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>, tile<7>, tile<8>};
 
-template <HalfFormat F>
 void run_groups(const Job& job, int64_t g0, int64_t g1) {
-    constexpr Tile kTiles[] = {tile<F, 1>, tile<F, 2>, tile<F, 3>, tile<F, 4>,
-                               tile<F, 5>, tile<F, 6>, tile<F, 7>, tile<F, 8>};
     constexpr int kMaxRows = 8;
     const int n_tiles = (job.n_rows + kMaxRows - 1) / kMaxRows;  // equal tiles: 9 = 5 + 4
     for (int64_t g = g0; g < g1; ++g) {
@@ -117,7 +107,6 @@ bool cpu_has_kernel() {
 
 #else
 
-template <HalfFormat F>
 void run_groups(const Job&, int64_t, int64_t) {}
 bool cpu_has_kernel() { return false; }
 
@@ -132,15 +121,11 @@ bool F16Head::cpu_supported() {
 
 void F16Head::compute(const float* hidden, int n_rows, float* logits, int n_threads) const {
     if (!cpu_supported()) throw std::logic_error("F16Head needs AVX2, FMA and F16C");
-    // ggml rounds the hidden states to the weights' format before the dot products.
-    const bool f16 = format_ == HalfFormat::F16;
+    // ggml rounds the hidden states to fp16 before the dot products (vec_dot_type F16).
     std::vector<float> rounded(static_cast<size_t>(n_rows) * static_cast<size_t>(n_embd_));
-    for (size_t i = 0; i < rounded.size(); ++i) {
-        rounded[i] = f16 ? fp16_to_fp32(fp32_to_fp16(hidden[i])) : bf16_to_fp32(fp32_to_bf16(hidden[i]));
-    }
+    for (size_t i = 0; i < rounded.size(); ++i) rounded[i] = fp16_to_fp32(fp32_to_fp16(hidden[i]));
     const Job job{reinterpret_cast<const uint16_t*>(weights_->data()), n_embd_, &rounded, n_rows, n_vocab_, logits};
-    const auto run = f16 ? run_groups<HalfFormat::F16> : run_groups<HalfFormat::BF16>;
-    parallel_slices(n_groups_, n_threads, [&](int64_t g0, int64_t g1) { run(job, g0, g1); });
+    parallel_slices(n_groups_, n_threads, [&](int64_t g0, int64_t g1) { run_groups(job, g0, g1); });
 }
 
 }  // namespace localspec

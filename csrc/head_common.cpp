@@ -59,20 +59,6 @@ uint16_t fp32_to_fp16(float f) {
     return sign | static_cast<uint16_t>(round_even(ax - 0x38000000, 13));
 }
 
-float bf16_to_fp32(uint16_t h) {
-    const uint32_t bits = static_cast<uint32_t>(h) << 16;
-    float value;
-    std::memcpy(&value, &bits, 4);
-    return value;
-}
-
-uint16_t fp32_to_bf16(float f) {
-    uint32_t x;
-    std::memcpy(&x, &f, 4);
-    if ((x & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((x >> 16) | 64);  // quiet NaN
-    return static_cast<uint16_t>((x + 0x7fff + ((x >> 16) & 1)) >> 16);
-}
-
 HugePageBuffer::HugePageBuffer(size_t size) : size_(size) {
     constexpr size_t kHuge = size_t{2} << 20;
     const size_t rounded = (size + kHuge - 1) / kHuge * kHuge;

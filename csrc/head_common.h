@@ -11,14 +11,12 @@ namespace localspec {
 
 float fp16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float f);  // round to nearest even, as F16C does
-float bf16_to_fp32(uint16_t h);
-uint16_t fp32_to_bf16(float f);  // round to nearest even, as ggml does
 
 // An output head: logits[j * n_vocab + v] = head row v . hidden row j, for j < n_rows.
 class OutputHead {
 public:
     virtual ~OutputHead() = default;
-    virtual const char* name() const = 0;  // "localspec-q8_0", "localspec-f16", "localspec-bf16"
+    virtual const char* name() const = 0;  // "localspec-q8_0", "localspec-f16"
     virtual int64_t n_vocab() const = 0;
     virtual int n_embd() const = 0;
     virtual void compute(const float* hidden, int n_rows, float* logits, int n_threads) const = 0;

@@ -22,8 +22,7 @@ void HeadHook::inspect(const ggml_tensor* out) {
     const bool plain_matmul = out->op == GGML_OP_MUL_MAT && weights && hidden &&
                               std::strcmp(hidden->name, "result_norm") == 0;
     const bool q8 = weights && weights->type == GGML_TYPE_Q8_0 && Q8Head::cpu_supported();
-    const bool f16 = weights && (weights->type == GGML_TYPE_F16 || weights->type == GGML_TYPE_BF16) &&
-                     F16Head::cpu_supported();
+    const bool f16 = weights && weights->type == GGML_TYPE_F16 && F16Head::cpu_supported();
     if (plain_matmul && (q8 || f16) && ggml_is_contiguous(weights) && is_host(weights)) weights_ = weights;
 }
 
@@ -55,9 +54,8 @@ bool HeadHook::after_decode(int n_rows, int n_vocab, int n_threads) {
         const auto cols = static_cast<int>(weights_->ne[0]);
         if (rows == n_vocab && weights_->type == GGML_TYPE_Q8_0) {
             head_ = std::make_unique<Q8Head>(static_cast<const Q8Block*>(weights_->data), rows, cols);
-        } else if (rows == n_vocab) {  // F16 or BF16
-            const auto format = weights_->type == GGML_TYPE_F16 ? HalfFormat::F16 : HalfFormat::BF16;
-            head_ = std::make_unique<F16Head>(static_cast<const uint16_t*>(weights_->data), rows, cols, format);
+        } else if (rows == n_vocab && weights_->type == GGML_TYPE_F16) {
+            head_ = std::make_unique<F16Head>(static_cast<const uint16_t*>(weights_->data), rows, cols);
         }
         weights_ = nullptr;
     }

@@ -16,7 +16,7 @@ namespace localspec {
 // output head (node "result_output" = MUL_MAT(weights, "result_norm")); when a decode is armed
 // it copies the hidden states "result_norm", stops the graph there (llama.cpp never runs its
 // head) and computes the logits with Q8Head or F16Head. Anything else in the head (a bias, a
-// logit soft-cap, a head that is not Q8_0, F16 or BF16 in CPU memory) and the hook stands aside.
+// logit soft-cap, a head that is neither Q8_0 nor F16 in CPU memory) and the hook stands aside.
 class HeadHook {
 public:
     static bool on_graph_node(ggml_tensor* t, bool ask, void* user_data);  // the eval callback

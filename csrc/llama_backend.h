@@ -84,8 +84,8 @@ public:
     // with logits(0 .. n_logits-1) until the next decode. Splits long inputs into n_batch pieces.
     void decode(const std::vector<Token>& tokens, int n_logits);
     const float* logits(int row) const;
-    // Which head computes the logits: one of localspec's ("localspec-q8_0", "-f16", "-bf16"),
-    // when fast_head took effect, or "llama.cpp".
+    // Which head computes the logits: "localspec-q8_0" or "localspec-f16" (fast_head took
+    // effect) or "llama.cpp".
     const char* batch_head() const;
     // Which head computed the last decode's logits (the same names).
     const char* last_head() const;

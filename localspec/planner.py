@@ -56,7 +56,7 @@ class ModelMemory:
     sliding_window: int = 0
     path: str | None = None
     file_bytes: int = 0  # size of the GGUF file (tensor data + header)
-    # localspec's repacked copy of a Q8_0, F16 or BF16 head (csrc/q8_head.h, f16_head.h): made when
+    # localspec's repacked copy of a Q8_0 or F16 head (csrc/q8_head.h, f16_head.h): made when
     # the model's head stays in host memory.
     head_copy_bytes: int = 0
     head_type: str = ""  # ggml type of the output head ("Q8_0", "F16", ...)
@@ -105,7 +105,7 @@ class ModelMemory:
         head_copy = 0
         if head_type == "Q8_0" and info.n_embd % 32 == 0:
             head_copy = groups * (info.n_embd // 32) * 272  # 8 x 32 int8 + 8 fp16 scales
-        elif head_type in ("F16", "BF16"):
+        elif head_type == "F16":
             head_copy = groups * info.n_embd * 8 * 2
         heads_kv = (info.n_head_kv_per_layer() + [0] * n_layer)[:n_layer]
         return cls(
@@ -352,7 +352,7 @@ def _output_head_supported(head_type: str) -> bool:
         from localspec import _core
     except ImportError:
         return False
-    if head_type in ("F16", "BF16"):
+    if head_type == "F16":
         return bool(_core.f16_head_supported())
     return head_type == "Q8_0" and bool(_core.q8_head_supported())
 

@@ -43,7 +43,7 @@ class TinyConfig:
     n_merges: int = 120
     context_length: int = 4096
     head_scale: float = 3.0  # larger: peakier next-token distributions
-    head_type: str = "F32"  # "Q8_0", "F16", "BF16": store output.weight so, as real GGUFs do
+    head_type: str = "F32"  # "Q8_0" or "F16": store output.weight so, as real GGUFs often do
     seed: int = 0
 
 

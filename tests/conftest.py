@@ -58,15 +58,6 @@ def f16_head_model(model_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def bf16_head_model(model_dir: Path) -> Path:
-    """A tiny model whose output head is BF16."""
-    return write_model(
-        model_dir / "tiny-bf16-head.gguf", TinyConfig(head_type="BF16", seed=7),
-        name="tiny-bf16-head",
-    )
-
-
-@pytest.fixture(scope="session")
 def engines(tiny_pair: tuple[Path, Path]) -> Iterator[dict[str, object]]:
     """One engine per drafter over the same target, shared by the tests of a session."""
     from localspec.engine import Engine
