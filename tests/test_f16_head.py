@@ -3,13 +3,15 @@ against llama.cpp's own head on a real (tiny) GGUF whose head is F16."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from localspec import _core
-from tests.head_checks import check_logits_match_llama_cpp, check_speculation_lossless
+from localspec.engine import Engine
+from localspec.types import GenerationParams
 
 needs_f16c = pytest.mark.skipif(
     not _core.f16_head_supported(), reason="the F16 head needs AVX2, FMA and F16C"
@@ -47,9 +49,29 @@ def test_kernel_threads_split_the_vocabulary_exactly() -> None:
 
 @needs_f16c
 def test_engine_logits_equal_llama_cpp_logits(f16_head_model: Path) -> None:
-    check_logits_match_llama_cpp(f16_head_model, "localspec-f16")
+    tokens = list(range(20, 60))
+    logits = {}
+    for fast in (True, False):
+        with Engine.load(f16_head_model, draft="ngram", n_ctx=512, fast_head=fast) as engine:
+            assert engine.info.verify_head == ("localspec-f16" if fast else "llama.cpp")
+            logits[fast] = {}
+            for rows in (1, 2, 5, 8):
+                logits[fast][rows] = engine.next_token_logits(tokens, rows)
+                assert engine.last_logits_head() == ("localspec-f16" if fast else "llama.cpp")
+    for rows in (1, 2, 5, 8):
+        ours, theirs = logits[True][rows], logits[False][rows]
+        assert np.abs(ours - theirs).max() <= 1e-5 * np.abs(theirs).max()
+        assert int(ours.argmax()) == int(theirs.argmax())
 
 
 @needs_f16c
 def test_speculation_with_the_f16_head_is_lossless(f16_head_model: Path) -> None:
-    check_speculation_lossless(f16_head_model, "localspec-f16")
+    prompt = "the cat sat on the mat and the dog sat on the log. the cat sat on the"
+    greedy = GenerationParams(max_tokens=48, temperature=0.0, ignore_eos=True, reuse_cache=False)
+    with Engine.load(f16_head_model, draft="none", n_ctx=512, fast_head=False) as plain_engine:
+        plain = plain_engine.generate(prompt, greedy)
+    with Engine.load(f16_head_model, draft="ngram", n_ctx=512) as engine:
+        for draft_max in (1, 3, 8):
+            spec = engine.generate(prompt, replace(greedy, draft_max=draft_max))
+            assert spec.tokens == plain.tokens
+            assert spec.stats.drafted > 0

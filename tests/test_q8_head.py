@@ -12,7 +12,6 @@ import pytest
 from localspec import _core
 from localspec.engine import Engine
 from localspec.types import GenerationParams
-from tests.head_checks import check_logits_match_llama_cpp, check_speculation_lossless
 
 needs_vnni = pytest.mark.skipif(
     not _core.q8_head_supported(), reason="the Q8_0 head needs AVX-VNNI or AVX512-VNNI"
@@ -100,12 +99,35 @@ def test_engine_uses_the_fast_head_only_where_it_applies(
 
 @needs_vnni
 def test_fast_head_logits_equal_llama_cpp_logits_for_the_same_batch(q8_head_model: Path) -> None:
-    check_logits_match_llama_cpp(q8_head_model, "localspec-q8_0")
+    tokens = list(range(20, 60))
+    logits = {}
+    for fast in (True, False):
+        with Engine.load(q8_head_model, draft="ngram", n_ctx=512, fast_head=fast) as engine:
+            logits[fast] = {}
+            for rows in (1, 2, 5, 8):
+                logits[fast][rows] = engine.next_token_logits(tokens, rows)
+                assert engine.last_logits_head() == ("localspec-q8_0" if fast else "llama.cpp")
+    for rows in (1, 2, 5, 8):
+        ours, theirs = logits[True][rows], logits[False][rows]
+        assert np.abs(ours - theirs).max() <= 1e-5 * np.abs(theirs).max()
+        assert int(ours.argmax()) == int(theirs.argmax())
 
 
 @needs_vnni
 def test_speculation_with_the_fast_head_is_lossless(q8_head_model: Path) -> None:
-    check_speculation_lossless(q8_head_model, "localspec-q8_0")
+    prompt = "the cat sat on the mat and the dog sat on the log. the cat sat on the"
+    greedy = GenerationParams(max_tokens=48, temperature=0.0, ignore_eos=True, reuse_cache=False)
+    with Engine.load(q8_head_model, draft="none", n_ctx=512, fast_head=False) as plain_engine:
+        plain = plain_engine.generate(prompt, greedy)
+    with Engine.load(q8_head_model, draft="none", n_ctx=512) as fast_plain_engine:
+        fast_plain = fast_plain_engine.generate(prompt, greedy)  # plain decoding, our head
+        assert fast_plain_engine.last_logits_head() == "localspec-q8_0"
+    assert fast_plain.tokens == plain.tokens
+    with Engine.load(q8_head_model, draft="ngram", n_ctx=512) as engine:
+        for draft_max in (1, 3, 8):
+            spec = engine.generate(prompt, replace(greedy, draft_max=draft_max))
+            assert spec.tokens == plain.tokens
+            assert spec.stats.drafted > 0
 
 
 @needs_vnni
