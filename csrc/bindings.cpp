@@ -9,7 +9,6 @@
 #include "acceptance.h"
 #include "controller.h"
 #include "engine.h"
-#include "f16_head.h"
 #include "q8_head.h"
 #include "errors.h"
 
@@ -263,7 +262,7 @@ PYBIND11_MODULE(_core, m) {
                 if (reference) {
                     q8_head_reference(rows, n_vocab, n_embd, x, n_rows, dst);
                 } else {
-                    Q8Head(rows, n_vocab, n_embd).compute_with(x, n_rows, dst, n_threads, kernel);
+                    Q8Head(rows, n_vocab, n_embd).compute(x, n_rows, dst, n_threads, kernel);
                 }
             }
             return out;
@@ -271,27 +270,6 @@ PYBIND11_MODULE(_core, m) {
         py::arg("blocks"), py::arg("n_vocab"), py::arg("n_embd"), py::arg("hidden"), py::arg("reference") = false,
         py::arg("n_threads") = 2, py::arg("kernel") = "");
     m.def("q8_head_kernels", &Q8Head::kernel_names);
-    m.def("f16_head_supported", &F16Head::cpu_supported);
-    m.def(
-        "f16_head_logits",
-        [](const py::array_t<uint16_t, py::array::c_style>& weights, const py::array_t<float, py::array::c_style>& hidden,
-           int n_threads) {
-            // weights: the fp16 bits of an n_vocab x n_embd matrix; hidden: rows x n_embd.
-            if (weights.ndim() != 2 || hidden.ndim() != 2 || hidden.shape(1) != weights.shape(1)) {
-                throw std::invalid_argument("weights and hidden must be 2-d with the same number of columns");
-            }
-            const int64_t n_vocab = weights.shape(0);
-            const auto n_embd = static_cast<int>(weights.shape(1));
-            const auto n_rows = static_cast<int>(hidden.shape(0));
-            py::array_t<float> out({static_cast<py::ssize_t>(n_rows), static_cast<py::ssize_t>(n_vocab)});
-            float* dst = out.mutable_data();
-            {
-                py::gil_scoped_release release;
-                F16Head(weights.data(), n_vocab, n_embd).compute(hidden.data(), n_rows, dst, n_threads);
-            }
-            return out;
-        },
-        py::arg("weights"), py::arg("hidden"), py::arg("n_threads") = 2);
     m.def("accept_greedy", [](const std::vector<Token>& drafts, const std::vector<Token>& argmaxes) {
         return acceptance_to_dict(accept_greedy(drafts, argmaxes));
     });

@@ -6,9 +6,6 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "f16_head.h"
-#include "q8_head.h"
-
 namespace localspec {
 
 namespace {
@@ -21,12 +18,10 @@ void HeadHook::inspect(const ggml_tensor* out) {
     const ggml_tensor* hidden = out->src[1];
     const bool plain_matmul = out->op == GGML_OP_MUL_MAT && weights && hidden &&
                               std::strcmp(hidden->name, "result_norm") == 0;
-    const bool q8 = weights && weights->type == GGML_TYPE_Q8_0 && Q8Head::cpu_supported();
-    const bool f16 = weights && weights->type == GGML_TYPE_F16 && F16Head::cpu_supported();
-    if (plain_matmul && (q8 || f16) && ggml_is_contiguous(weights) && is_host(weights)) weights_ = weights;
+    if (plain_matmul && weights->type == GGML_TYPE_Q8_0 && ggml_is_contiguous(weights) && is_host(weights)) {
+        weights_ = weights;
+    }
 }
-
-bool HeadHook::cpu_supported() { return Q8Head::cpu_supported() || F16Head::cpu_supported(); }
 
 bool HeadHook::on_graph_node(ggml_tensor* t, bool ask, void* user_data) {
     auto& hook = *static_cast<HeadHook*>(user_data);
@@ -50,12 +45,9 @@ void HeadHook::before_decode(bool take_rows) {
 bool HeadHook::after_decode(int n_rows, int n_vocab, int n_threads) {
     armed_ = false;
     if (!head_ && weights_) {
-        const int64_t rows = weights_->ne[1];
-        const auto cols = static_cast<int>(weights_->ne[0]);
-        if (rows == n_vocab && weights_->type == GGML_TYPE_Q8_0) {
-            head_ = std::make_unique<Q8Head>(static_cast<const Q8Block*>(weights_->data), rows, cols);
-        } else if (rows == n_vocab && weights_->type == GGML_TYPE_F16) {
-            head_ = std::make_unique<F16Head>(static_cast<const uint16_t*>(weights_->data), rows, cols);
+        if (weights_->ne[1] == n_vocab) {
+            head_ = std::make_unique<Q8Head>(static_cast<const Q8Block*>(weights_->data), weights_->ne[1],
+                                             static_cast<int>(weights_->ne[0]));
         }
         weights_ = nullptr;
     }

@@ -84,10 +84,10 @@ public:
     // with logits(0 .. n_logits-1) until the next decode. Splits long inputs into n_batch pieces.
     void decode(const std::vector<Token>& tokens, int n_logits);
     const float* logits(int row) const;
-    // Which head computes the logits: "localspec-q8_0" or "localspec-f16" (fast_head took
+    // Which head computes the logits: "localspec-q8_0" (ContextOptions::fast_head took
     // effect) or "llama.cpp".
     const char* batch_head() const;
-    // Which head computed the last decode's logits (the same names).
+    // Which head computed the last decode's logits (the same two names).
     const char* last_head() const;
 
     // Drop cache entries at positions >= n_keep (the KV rollback).

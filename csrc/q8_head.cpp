@@ -2,9 +2,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <stdexcept>
 #include <string>
+#include <thread>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#ifdef _WIN32
+#include <malloc.h>
+#else
+#include <sys/mman.h>
+#endif
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -12,6 +25,47 @@
 #endif
 
 namespace localspec {
+
+// ---- fp16 ----------------------------------------------------------------------------------
+
+float fp16_to_fp32(uint16_t h) {
+    const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+    const uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    float value;
+    if (exp == 0) {
+        value = std::ldexp(static_cast<float>(mant), -24);  // zero or subnormal
+    } else if (exp == 31) {
+        value = mant ? NAN : INFINITY;
+    } else {
+        value = std::ldexp(static_cast<float>(mant | 0x400), static_cast<int>(exp) - 25);
+    }
+    uint32_t bits;
+    std::memcpy(&bits, &value, 4);
+    bits |= sign;
+    std::memcpy(&value, &bits, 4);
+    return value;
+}
+
+uint16_t fp32_to_fp16(float f) {
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
+    const uint32_t ax = x & 0x7fffffff;
+    if (ax >= 0x7f800000) return sign | (ax > 0x7f800000 ? 0x7e00 : 0x7c00);  // NaN, inf
+    if (ax >= 0x477ff000) return sign | 0x7c00;  // rounds past the largest half
+    auto round_even = [](uint32_t value, int shift) {
+        uint32_t r = value >> shift;
+        const uint32_t rem = value & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1))) ++r;
+        return r;
+    };
+    if (ax < 0x38800000) {  // a subnormal half (or zero)
+        if (ax < 0x33000000) return sign;
+        const uint32_t mant = (ax & 0x7fffff) | 0x800000;
+        return sign | static_cast<uint16_t>(round_even(mant, 126 - static_cast<int>(ax >> 23)));
+    }
+    return sign | static_cast<uint16_t>(round_even(ax - 0x38000000, 13));
+}
 
 // ---- hidden states as Q8_0 (ggml's quantize_row_q8_0) ---------------------------------------
 
@@ -80,6 +134,44 @@ void q8_head_reference(const Q8Block* rows, int64_t n_vocab, int n_embd, const f
 // So with x broadcast 4 bytes at a time, 8 multiply-adds give the 8 rows' block sums
 // isum + 128 * sum(x), and `offset` (-128 * sum(x)) removes the excess.
 
+namespace {
+
+// Memory for the packed weights, in 2 MiB pages where the kernel allows it: every call
+// streams the whole head, and with 4 KiB pages the walks over ~50,000 page-table entries
+// (evicted by the model's own weights between calls) cost about a tenth of a call here.
+class HugePageBuffer {
+public:
+    explicit HugePageBuffer(size_t size) : size_(size) {
+        constexpr size_t kHuge = size_t{2} << 20;
+        const size_t rounded = (size + kHuge - 1) / kHuge * kHuge;
+#ifdef _WIN32
+        data_ = static_cast<uint8_t*>(_aligned_malloc(rounded, kHuge));
+        if (!data_) throw std::bad_alloc();
+#else
+        void* p = nullptr;
+        if (posix_memalign(&p, kHuge, rounded) != 0) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+        madvise(p, rounded, MADV_HUGEPAGE);
+#endif
+        data_ = static_cast<uint8_t*>(p);
+#endif
+    }
+#ifdef _WIN32
+    ~HugePageBuffer() { _aligned_free(data_); }
+#else
+    ~HugePageBuffer() { std::free(data_); }
+#endif
+    HugePageBuffer(const HugePageBuffer&) = delete;
+    HugePageBuffer& operator=(const HugePageBuffer&) = delete;
+    uint8_t* data() const { return data_; }
+    size_t size() const { return size_; }
+
+private:
+    uint8_t* data_ = nullptr;
+    size_t size_ = 0;
+};
+
+}  // namespace
 
 struct Q8Head::Packed {
     int64_t n_groups = 0;
@@ -87,6 +179,11 @@ struct Q8Head::Packed {
     std::unique_ptr<HugePageBuffer> weights;  // [group][block][k][lane][4]
     std::vector<uint16_t> scales;  // [group][block][lane]: the fp16 d of each row's block
 };
+
+uint64_t Q8Head::packed_bytes(int64_t n_vocab, int n_embd) {
+    const uint64_t groups = static_cast<uint64_t>((n_vocab + 7) / 8);
+    return groups * static_cast<uint64_t>(n_embd / 32) * (256 + 16);
+}
 
 Q8Head::Q8Head(const Q8Block* rows, int64_t n_vocab, int n_embd)
     : packed_(std::make_unique<Packed>()), n_vocab_(n_vocab), n_embd_(n_embd) {
@@ -248,8 +345,7 @@ std::vector<std::string> Q8Head::kernel_names() {
     return out;
 }
 
-void Q8Head::compute_with(const float* hidden, int n_rows, float* logits, int n_threads,
-                          const std::string& kernel) const {
+void Q8Head::compute(const float* hidden, int n_rows, float* logits, int n_threads, const std::string& kernel) const {
     const auto& found = kernels();
     const auto chosen = std::find_if(found.begin(), found.end(),
                                      [&](const Kernel& k) { return kernel.empty() || kernel == k.name; });
@@ -257,7 +353,24 @@ void Q8Head::compute_with(const float* hidden, int n_rows, float* logits, int n_
     const auto run = chosen->run;
     const QuantizedRows q = quantize_rows(hidden, n_rows, n_embd_);
     const Job job{packed_->weights->data(), packed_->scales.data(), packed_->n_blocks, &q, n_vocab_, logits};
-    parallel_slices(packed_->n_groups, n_threads, [&](int64_t g0, int64_t g1) { run(job, g0, g1); });
+    const int64_t n_groups = packed_->n_groups;
+    const int workers = std::max(1, n_threads);
+#ifdef _OPENMP
+    // llama.cpp's CPU backend runs on OpenMP: reuse its (already spinning) worker threads
+    // rather than competing with them.
+#pragma omp parallel num_threads(workers)
+    {
+        const int t = omp_get_thread_num(), n = omp_get_num_threads();
+        run(job, n_groups * t / n, n_groups * (t + 1) / n);
+    }
+    return;
+#endif
+    std::vector<std::thread> threads;
+    for (int t = 1; t < workers; ++t) {
+        threads.emplace_back(run, std::cref(job), n_groups * t / workers, n_groups * (t + 1) / workers);
+    }
+    run(job, 0, n_groups / workers);
+    for (std::thread& thread : threads) thread.join();
 }
 
 }  // namespace localspec

@@ -19,8 +19,6 @@
 #include <string>
 #include <vector>
 
-#include "head_common.h"
-
 namespace localspec {
 
 // ggml's block_q8_0: 32 int8 weights and their fp16 scale.
@@ -30,26 +28,29 @@ struct Q8Block {
 };
 static_assert(sizeof(Q8Block) == 34, "block_q8_0 is 34 bytes");
 
-class Q8Head : public OutputHead {
+float fp16_to_fp32(uint16_t h);
+uint16_t fp32_to_fp16(float f);  // round to nearest even, as F16C does
+
+class Q8Head {
 public:
     // The instructions the kernel needs (x86-64 with AVX-VNNI or AVX512-VNNI).
     static bool cpu_supported();
     // The kernels this CPU can run, fastest first ("avx512vnni", "avxvnni").
     static std::vector<std::string> kernel_names();
+    // Memory of the repacked copy for a head of this shape.
+    static uint64_t packed_bytes(int64_t n_vocab, int n_embd);
+
     // `rows`: n_vocab rows of n_embd / 32 blocks, as ggml stores a Q8_0 matrix. Copies them
     // into the kernel's layout (8 vocabulary rows interleaved per block). n_embd % 32 == 0.
     Q8Head(const Q8Block* rows, int64_t n_vocab, int n_embd);
-    ~Q8Head() override;
+    ~Q8Head();
 
-    const char* name() const override { return "localspec-q8_0"; }
-    int64_t n_vocab() const override { return n_vocab_; }
-    int n_embd() const override { return n_embd_; }
-    void compute(const float* hidden, int n_rows, float* logits, int n_threads) const override {
-        compute_with(hidden, n_rows, logits, n_threads, "");
-    }
-    // The same with `kernel`: one of kernel_names() (the tests run each), "" for the fastest.
-    void compute_with(const float* hidden, int n_rows, float* logits, int n_threads,
-                      const std::string& kernel) const;
+    int64_t n_vocab() const { return n_vocab_; }
+    int n_embd() const { return n_embd_; }
+    // logits[j * n_vocab + v] = head row v . hidden row j, for j < n_rows. `kernel`: one of
+    // kernel_names() (the tests run each), "" for the fastest.
+    void compute(const float* hidden, int n_rows, float* logits, int n_threads,
+                 const std::string& kernel = "") const;
 
 private:
     struct Packed;

@@ -206,8 +206,7 @@ class Engine:
         return self._call(lambda: self._core.next_token_logits(list(tokens), batch_rows))
 
     def last_logits_head(self) -> str:
-        """Which head computed the target's last logits: "localspec-q8_0", "localspec-f16" or
-        "llama.cpp"."""
+        """Which head computed the target's last logits: "localspec-q8_0" or "llama.cpp"."""
         return self._call(self._core.last_logits_head)
 
     def replay_greedy(self, prompt: Sequence[int], result: GenerationResult) -> int:

@@ -56,10 +56,9 @@ class ModelMemory:
     sliding_window: int = 0
     path: str | None = None
     file_bytes: int = 0  # size of the GGUF file (tensor data + header)
-    # localspec's repacked copy of a Q8_0 or F16 head (csrc/q8_head.h, f16_head.h): made when
-    # the model's head stays in host memory.
+    # localspec's repacked copy of a Q8_0 head (csrc/q8_head.h): made when this model is the
+    # target and its head stays in host memory.
     head_copy_bytes: int = 0
-    head_type: str = ""  # ggml type of the output head ("Q8_0", "F16", ...)
 
     @property
     def n_layer(self) -> int:
@@ -100,13 +99,9 @@ class ModelMemory:
         embd = info.tensor("token_embd.weight")
         tied = embd.nbytes if embd is not None and info.tensor("output.weight") is None else 0
         head = info.tensor("output.weight") or embd
-        head_type = head.type_name if head is not None else ""
-        groups = -(-info.vocab_size // 8)  # localspec's heads pack 8 vocabulary rows together
         head_copy = 0
-        if head_type == "Q8_0" and info.n_embd % 32 == 0:
-            head_copy = groups * (info.n_embd // 32) * 272  # 8 x 32 int8 + 8 fp16 scales
-        elif head_type == "F16":
-            head_copy = groups * info.n_embd * 8 * 2
+        if head is not None and head.type_name == "Q8_0" and info.n_embd % 32 == 0:
+            head_copy = -(-info.vocab_size // 8) * (info.n_embd // 32) * 272
         heads_kv = (info.n_head_kv_per_layer() + [0] * n_layer)[:n_layer]
         return cls(
             name=info.name,
@@ -124,7 +119,6 @@ class ModelMemory:
             path=str(info.path),
             file_bytes=info.file_size,
             head_copy_bytes=head_copy,
-            head_type=head_type,
         )
 
 
@@ -342,19 +336,17 @@ def model_memory(path: str | os.PathLike[str], *, fast_head: bool = True) -> Mod
     output head copy counts only with ``fast_head`` (``--llama-head`` turns it off) and where
     this CPU can run that head."""
     memory = ModelMemory.from_gguf(read_gguf(Path(path), read_arrays=False))
-    if memory.head_copy_bytes and not (fast_head and _output_head_supported(memory.head_type)):
+    if memory.head_copy_bytes and not (fast_head and _output_head_supported()):
         memory = replace(memory, head_copy_bytes=0)
     return memory
 
 
-def _output_head_supported(head_type: str) -> bool:
+def _output_head_supported() -> bool:
     try:
         from localspec import _core
     except ImportError:
         return False
-    if head_type == "F16":
-        return bool(_core.f16_head_supported())
-    return head_type == "Q8_0" and bool(_core.q8_head_supported())
+    return bool(_core.q8_head_supported())
 
 
 def plan_from_files(

@@ -43,7 +43,7 @@ class TinyConfig:
     n_merges: int = 120
     context_length: int = 4096
     head_scale: float = 3.0  # larger: peakier next-token distributions
-    head_type: str = "F32"  # "Q8_0" or "F16": store output.weight so, as real GGUFs often do
+    head_type: str = "F32"  # "Q8_0": store output.weight quantized, as real GGUFs often do
     seed: int = 0
 
 
@@ -168,9 +168,7 @@ def write_model(
     writer.add_add_bos_token(True)
     writer.add_chat_template(CHAT_TEMPLATE)
     for tensor_name, array in _weights(cfg, n_vocab, n_layer, divergence, cfg.seed).items():
-        if tensor_name == "output.weight" and cfg.head_type == "F16":
-            writer.add_tensor(tensor_name, array.astype(np.float16))
-        elif tensor_name == "output.weight" and cfg.head_type != "F32":
+        if tensor_name == "output.weight" and cfg.head_type != "F32":
             qtype = gguf.GGMLQuantizationType[cfg.head_type]
             writer.add_tensor(tensor_name, gguf.quants.quantize(array, qtype), raw_dtype=qtype)
         else:

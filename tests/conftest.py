@@ -50,14 +50,6 @@ def q8_head_model(model_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def f16_head_model(model_dir: Path) -> Path:
-    """A tiny model whose output head is F16."""
-    return write_model(
-        model_dir / "tiny-f16-head.gguf", TinyConfig(head_type="F16", seed=6), name="tiny-f16-head"
-    )
-
-
-@pytest.fixture(scope="session")
 def engines(tiny_pair: tuple[Path, Path]) -> Iterator[dict[str, object]]:
     """One engine per drafter over the same target, shared by the tests of a session."""
     from localspec.engine import Engine
