@@ -11,7 +11,7 @@ import pytest
 
 from localspec import _core
 from localspec.engine import Engine
-from localspec.types import GenerationParams
+from localspec.types import GenerationParams, GenerationResult
 
 needs_vnni = pytest.mark.skipif(
     not _core.q8_head_supported(), reason="the Q8_0 head needs AVX-VNNI or AVX512-VNNI"
@@ -113,12 +113,20 @@ def test_fast_head_logits_equal_llama_cpp_logits_for_the_same_batch(q8_head_mode
         assert int(ours.argmax()) == int(theirs.argmax())
 
 
+PROMPT = "the cat sat on the mat and the dog sat on the log. the cat sat on the"
+
+
+def llama_cpp_plain(model: Path, greedy: GenerationParams) -> GenerationResult:
+    """The reference: plain greedy decoding with llama.cpp's own head."""
+    with Engine.load(model, draft="none", n_ctx=512, fast_head=False) as plain_engine:
+        return plain_engine.generate(PROMPT, greedy)
+
+
 @needs_vnni
 def test_speculation_with_the_fast_head_is_lossless(q8_head_model: Path) -> None:
-    prompt = "the cat sat on the mat and the dog sat on the log. the cat sat on the"
+    prompt = PROMPT
     greedy = GenerationParams(max_tokens=48, temperature=0.0, ignore_eos=True, reuse_cache=False)
-    with Engine.load(q8_head_model, draft="none", n_ctx=512, fast_head=False) as plain_engine:
-        plain = plain_engine.generate(prompt, greedy)
+    plain = llama_cpp_plain(q8_head_model, greedy)
     with Engine.load(q8_head_model, draft="none", n_ctx=512) as fast_plain_engine:
         fast_plain = fast_plain_engine.generate(prompt, greedy)  # plain decoding, our head
         assert fast_plain_engine.last_logits_head() == "localspec-q8_0"
@@ -161,10 +169,9 @@ def test_rows_beyond_one_graph_keep_llama_cpp_s_head(q8_head_model: Path) -> Non
 
 @needs_vnni
 def test_a_draft_model_with_a_q8_0_head_uses_localspec_s_head(q8_head_model: Path) -> None:
-    prompt = "the cat sat on the mat and the dog sat on the log. the cat sat on the"
+    prompt = PROMPT
     greedy = GenerationParams(max_tokens=32, temperature=0.0, ignore_eos=True, reuse_cache=False)
-    with Engine.load(q8_head_model, draft="none", n_ctx=512, fast_head=False) as plain_engine:
-        plain = plain_engine.generate(prompt, greedy)
+    plain = llama_cpp_plain(q8_head_model, greedy)
     with Engine.load(q8_head_model, draft=q8_head_model, n_ctx=512) as engine:
         assert engine.info.draft_head == "localspec-q8_0"
         spec = engine.generate(prompt, replace(greedy, draft_max=3))
