@@ -8,6 +8,7 @@
 
 #include "acceptance.h"
 #include "controller.h"
+#include "drafter.h"
 #include "engine.h"
 #include "q8_head.h"
 #include "errors.h"
@@ -117,6 +118,7 @@ public:
         d["finish_reason"] = result.finish_reason;
         d["pass_rows"] = result.pass_rows;
         d["pass_emitted"] = result.pass_emitted;
+        d["pass_seconds"] = result.pass_seconds;
         d["stats"] = stats_to_dict(result.stats);
         return d;
     }
@@ -270,6 +272,12 @@ PYBIND11_MODULE(_core, m) {
         py::arg("blocks"), py::arg("n_vocab"), py::arg("n_embd"), py::arg("hidden"), py::arg("reference") = false,
         py::arg("n_threads") = 2, py::arg("kernel") = "");
     m.def("q8_head_kernels", &Q8Head::kernel_names);
+    m.def(
+        "ngram_lookup",
+        [](const std::vector<Token>& history, int n_min, int n_max, int k) {
+            return NgramDrafter(n_min, n_max).lookup_draft(history, k).tokens;
+        },
+        py::arg("history"), py::arg("n_min"), py::arg("n_max"), py::arg("k"));
     m.def("accept_greedy", [](const std::vector<Token>& drafts, const std::vector<Token>& argmaxes) {
         return acceptance_to_dict(accept_greedy(drafts, argmaxes));
     });

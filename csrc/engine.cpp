@@ -185,7 +185,9 @@ GenerateResult SpecEngine::generate(const GenerateRequest& request, const ChunkC
         // tokens still wanted (with "auto" the controller picks within that).
         const int k_cap = std::max(0, std::min({request.draft_max, n_ctx - static_cast<int>(history.size()),
                                                 request.max_tokens - stats.n_tokens - 1}));
+        const auto step_start = Clock::now();
         StepResult step = speculative_step(history, k_cap, request.adaptive, request.sampling, rng, stats);
+        result.pass_seconds.push_back(seconds_since(step_start));
         result.pass_rows.push_back(step.rows);
         result.pass_emitted.push_back(static_cast<int>(step.tokens.size()));
         const int n_accepted = static_cast<int>(step.tokens.size()) - 1;  // + 1 target token

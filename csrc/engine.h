@@ -62,8 +62,10 @@ struct GenerateResult {
     std::vector<Provenance> provenance;
     std::string finish_reason;  // "stop", "length" or "cancelled"
     GenerationStats stats;
-    // Per target pass: its rows (k + 1) and how many tokens it emitted (accepted + 1).
+    // Per target pass: its rows (k + 1), how many tokens it emitted (accepted + 1) and the
+    // wall time of its whole step (draft, verify, roll back).
     std::vector<int> pass_rows, pass_emitted;
+    std::vector<double> pass_seconds;
 };
 
 class SpecEngine {

@@ -307,6 +307,7 @@ class Engine:
                 stats=stats_from_core(raw["stats"]),
                 pass_rows=list(raw["pass_rows"]),
                 pass_emitted=list(raw["pass_emitted"]),
+                pass_seconds=list(raw["pass_seconds"]),
             )
         except LocalspecError as error:
             handle._finish(None, error)

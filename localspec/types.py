@@ -114,9 +114,11 @@ class GenerationResult:
     provenance: list[Provenance]
     finish_reason: FinishReason
     stats: GenerationStats
-    # Per target pass: rows verified (k + 1) and tokens emitted (accepted + 1).
+    # Per target pass: rows verified (k + 1), tokens emitted (accepted + 1) and the wall time
+    # of its whole step.
     pass_rows: list[int] = field(default_factory=list)
     pass_emitted: list[int] = field(default_factory=list)
+    pass_seconds: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,3 +68,18 @@ def engines(tiny_pair: tuple[Path, Path]) -> Iterator[dict[str, object]]:
     yield loaded
     for engine in loaded.values():
         engine.close()  # type: ignore[attr-defined]
+
+
+@pytest.fixture()
+def prompt_file(tmp_path: Path) -> Path:
+    """A bench prompt file in both line formats: {"id","category","prompt"} and
+    {"question_id","category","turns"}."""
+    lines = [
+        {"id": "fox", "category": "summarization",
+         "prompt": "the quick brown fox jumps over the lazy dog. the quick brown fox"},
+        {"question_id": 81, "category": "conversation",
+         "turns": ["hello world, this is a tiny model. hello world", "a second turn"]},
+    ]
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return path

@@ -193,20 +193,6 @@ def bench(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
                           capture_output=True, text=True, timeout=300, env=env)
 
 
-@pytest.fixture()
-def prompt_file(tmp_path: Path) -> Path:
-    """Both line formats: {"id","category","prompt"} and {"question_id","category","turns"}."""
-    lines = [
-        {"id": "fox", "category": "summarization",
-         "prompt": "the quick brown fox jumps over the lazy dog. the quick brown fox"},
-        {"question_id": 81, "category": "conversation",
-         "turns": ["hello world, this is a tiny model. hello world", "a second turn"]},
-    ]
-    path = tmp_path / "prompts.jsonl"
-    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
-    return path
-
-
 ROW_FIELDS = {"label", "n_runs", "plain_tps", "speculative_tps", "speedup", "drafted", "accepted",
               "rejected", "acceptance_rate", "mean_accepted_length", "draft_seconds",
               "verify_seconds", "other_seconds", "identical"}

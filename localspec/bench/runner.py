@@ -27,6 +27,9 @@ class PromptRun:
     # passes differs) or "NO" (a real divergence).
     divergences: list[Divergence] = field(default_factory=list)
     plain_tokens: list[int] = field(default_factory=list)  # plain output of the first repeat
+    prompt_tokens: list[int] = field(default_factory=list)
+    # Every target pass of both arms: (rows, seconds of its whole step).
+    passes: list[tuple[int, float]] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
@@ -59,7 +62,7 @@ def run_comparison(
     runs: list[PromptRun] = []
     total, done = len(prompts) * repeat, 0
     for prompt in prompts:
-        run = PromptRun(prompt)
+        run = PromptRun(prompt, prompt_tokens=engine.tokenize(prompt.text))
         for r in range(repeat):
             arms = [("plain", plain), ("speculative", fixed)]
             if r % 2:
@@ -68,14 +71,14 @@ def run_comparison(
             for name, arm_params in arms:
                 result = engine.generate(prompt.text, arm_params)
                 getattr(run, name).append(result.stats)
+                run.passes.extend(zip(result.pass_rows, result.pass_seconds, strict=True))
                 outputs[name] = result
             plain_tokens, spec = outputs["plain"].tokens, outputs["speculative"]
             if r == 0:
                 run.plain_tokens = list(plain_tokens)
             if params.temperature == 0 and plain_tokens != spec.tokens:
                 run.identical = False
-                prompt_tokens = engine.tokenize(prompt.text)
-                divergence = compare_greedy(engine, prompt_tokens, plain_tokens, spec)
+                divergence = compare_greedy(engine, run.prompt_tokens, plain_tokens, spec)
                 if divergence is not None:
                     run.divergences.append(divergence)
             done += 1

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from localspec.bench.baseline import Baseline
+from localspec.bench.ceiling import Ceiling
 from localspec.bench.report import Report, Row
 from localspec.bench.synthetic_mode import TheoryRow
 
@@ -93,4 +94,20 @@ def print_theory(rows: Sequence[TheoryRow], console: Console) -> None:
             f"{c.expected_tokens:.2f}", f"{c.c:.3f}", f"{c.v:.3f}",
             f"{c.theoretical_speedup:.2f}x", f"{c.measured_speedup:.2f}x", f"{c.efficiency:.0%}",
         )
+    console.print(table)
+
+
+def print_ceiling(ceiling: Ceiling, console: Console) -> None:
+    """Measured speedup next to the n-gram ceiling (localspec.bench.ceiling)."""
+    costs = ", ".join(f"{r}: {v:.2f}" for r, v in enumerate(ceiling.pass_costs) if r > 0)
+    table = Table(
+        title="n-gram ceiling: an oracle that knows how many lookup tokens the target accepts, "
+        "replaying the same plain outputs with the pass costs measured in this run",
+        caption=f"pass cost by rows, in 1-row passes (median): {costs}",
+        title_justify="left", caption_justify="left",
+    )
+    _add_columns(table, ("", "speedup", "ceiling", "of ceiling"))
+    for row in ceiling.rows:
+        table.add_row(row.label, f"{row.speedup:.2f}x", f"{row.ceiling:.2f}x",
+                      f"{row.of_ceiling:.0%}")
     console.print(table)

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from localspec.bench.baseline import BASELINES, Baseline, run_baseline
+from localspec.bench.ceiling import Ceiling, engine_lookup, ngram_ceiling
 from localspec.bench.report import Report, summarize
 from localspec.bench.runner import PromptRun, run_comparison
 from localspec.bench.synthetic_mode import (
@@ -27,8 +28,9 @@ from localspec.bench.synthetic_mode import (
     theory_rows,
     write_synthetic_pair,
 )
-from localspec.bench.table import print_baseline, print_report, print_theory
+from localspec.bench.table import print_baseline, print_ceiling, print_report, print_theory
 from localspec.commands.common import add_model_arguments, choose_models, draft_max_arg, load_engine
+from localspec.convert import AUTO_DRAFT_MAX
 from localspec.engine import Engine
 from localspec.errors import InvalidParameterError
 from localspec.prompts import Prompt, load_prompts
@@ -85,6 +87,7 @@ class Outcome:
     report: Report
     baseline: Baseline | None = None
     theory: list[TheoryRow] | None = None
+    ceiling: Ceiling | None = None  # n-gram drafts at temperature 0 only
 
 
 def _draft_max(args: argparse.Namespace) -> DraftMax:
@@ -118,11 +121,14 @@ def _measure(engine: Engine, prompts: list[Prompt], params: GenerationParams,
     return runs, tokens
 
 
-def _outcome(args: argparse.Namespace, target: str, runs: list[PromptRun],
-             tokens: dict[str, list[int]]) -> Outcome:
+def _outcome(args: argparse.Namespace, target: str, drafter: str, runs: list[PromptRun],
+             tokens: dict[str, list[int]], draft_max: DraftMax) -> Outcome:
     """Summaries; the baseline runs here, after localspec's engine has been closed."""
     report = summarize(runs)
     outcome = Outcome(runs, report, theory=theory_rows(runs) if args.synthetic else None)
+    if drafter == "ngram" and args.temperature == 0 and runs:
+        k_max = AUTO_DRAFT_MAX if draft_max == "auto" else int(draft_max)
+        outcome.ceiling = ngram_ceiling(runs, report, engine_lookup(), k_max)
     if args.baseline:
         with Console(stderr=True).status("running the llama-cpp-python baseline"):
             outcome.baseline = run_baseline(
@@ -157,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
                              verbose=args.verbose) as engine:
                 runs, tokens = _measure(engine, prompts, params, args)
                 heads = _heads(engine)
-            outcome = _outcome(args, str(target), runs, tokens)
+            outcome = _outcome(args, str(target), "synthetic", runs, tokens, draft_max)
         header: dict[str, Any] = {"target": "synthetic", "drafter": "synthetic",
                                   "synthetic": asdict(spec)}
     else:
@@ -165,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         with load_engine(args, choice) as engine:
             runs, tokens = _measure(engine, prompts, params, args)
             heads = _heads(engine)
-        outcome = _outcome(args, choice.target, runs, tokens)
+        outcome = _outcome(args, choice.target, choice.drafter, runs, tokens, draft_max)
         header = {"target": choice.target, "drafter": choice.drafter}
     header.update(heads)
     header.update(max_tokens=args.max_tokens,
@@ -190,6 +196,8 @@ def _show(args: argparse.Namespace, header: dict[str, Any], outcome: Outcome) ->
             out["baseline"] = outcome.baseline.to_dict()
         if outcome.theory is not None:
             out["theory"] = [row.to_dict() for row in outcome.theory]
+        if outcome.ceiling is not None:
+            out["ngram_ceiling"] = outcome.ceiling.to_dict()
         print(json.dumps(out))
         return
     console = Console(width=max(Console().width, 140))
@@ -202,5 +210,7 @@ def _show(args: argparse.Namespace, header: dict[str, Any], outcome: Outcome) ->
     print_report(outcome.report, console, per_prompt=args.per_prompt)
     if outcome.theory is not None:
         print_theory(outcome.theory, console)
+    if outcome.ceiling is not None:
+        print_ceiling(outcome.ceiling, console)
     if outcome.baseline is not None:
         print_baseline(outcome.baseline, console, drafter=header["drafter"])

@@ -1,0 +1,145 @@
+"""The n-gram ceiling of `localspec bench`: pass costs, the oracle's dynamic programme, and the
+property that makes it a ceiling (no real run of the engine costs less under the same costs)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from localspec import _core
+from localspec.bench.ceiling import MIN_PASSES, engine_lookup, oracle_cost, relative_pass_costs
+from tests.test_bench import bench
+
+
+def passes(rows: int, seconds: Sequence[float]) -> list[tuple[int, float]]:
+    return [(rows, s) for s in seconds]
+
+
+def test_pass_costs_are_medians_over_one_row_passes() -> None:
+    measured = (passes(1, [2.0] * MIN_PASSES + [50.0])  # an outlier does not move the median
+                + passes(2, [3.0] * MIN_PASSES) + passes(4, [4.0] * MIN_PASSES))
+    costs = relative_pass_costs(measured, max_rows=4)
+    assert costs == pytest.approx([0.0, 1.0, 1.5, 1.75, 2.0])  # 3 rows: between 2 and 4
+
+
+def test_rarely_measured_rows_are_interpolated_and_the_tail_extrapolated() -> None:
+    measured = (passes(1, [1.0] * MIN_PASSES) + passes(2, [1.2] * MIN_PASSES)
+                + passes(3, [9.0]) + passes(4, [1.6] * MIN_PASSES))
+    costs = relative_pass_costs(measured, max_rows=6)
+    # 3 rows were seen once: interpolated; 5 and 6 follow the slope from 2 to 4 rows.
+    assert costs == pytest.approx([0.0, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0])
+
+
+def test_pass_costs_need_plain_passes_and_a_run_that_never_drafted_replays_plain() -> None:
+    with pytest.raises(ValueError):
+        relative_pass_costs(passes(2, [1.0]), max_rows=4)
+    assert relative_pass_costs(passes(1, [1.0, 1.1]), max_rows=4) == [0.0, 1.0]
+
+
+def perfect_lookup(prompt: list[int], output: list[int], seen: list[list[int]]):  # type: ignore[no-untyped-def]
+    """Proposes exactly what the target will emit; records the histories it is asked about."""
+
+    def lookup(history: list[int], k: int) -> list[int]:
+        seen.append(list(history))
+        i = len(history) - len(prompt)
+        return output[i:i + k]
+
+    return lookup
+
+
+def test_oracle_with_perfect_drafts_takes_the_longest_cheap_passes() -> None:
+    prompt, output = [7, 8], list(range(10, 18))  # 8 tokens
+    costs = [0.0, 1.0, 1.1, 1.2, 1.3]  # up to 4 rows: 4 tokens for 1.3
+    seen: list[list[int]] = []
+    cost = oracle_cost(prompt, output, perfect_lookup(prompt, output, seen), costs, k_max=3)
+    assert cost == pytest.approx(2 * 1.3)
+    # The lookup saw the prompt plus exactly the tokens before each position.
+    assert seen == [prompt + output[:i] for i in range(len(output) - 1)]
+
+
+def test_oracle_skips_drafts_that_do_not_pay() -> None:
+    prompt, output = [1], [5, 6, 7, 8, 9, 10]
+    costs = [0.0, 1.0, 1.1, 5.0, 9.0]  # 2 rows pay, 3 and 4 do not
+    cost = oracle_cost(prompt, output, perfect_lookup(prompt, output, []), costs, k_max=3)
+    assert cost == pytest.approx(3 * 1.1)  # three 2-row passes, not the longest drafts
+
+
+def test_oracle_without_matches_costs_plain_decoding() -> None:
+    costs = [0.0, 1.0, 1.1, 1.2]
+    assert oracle_cost([1, 2], [3, 4, 5, 6], lambda history, k: [], costs, k_max=2) == 4.0
+    wrong = oracle_cost([1, 2], [3, 4, 5, 6], lambda history, k: [0] * k, costs, k_max=2)
+    assert wrong == 4.0  # a draft that is never accepted gains nothing
+
+
+def test_oracle_stops_drafting_at_the_last_token() -> None:
+    asked: list[int] = []
+
+    def lookup(history: list[int], k: int) -> list[int]:
+        asked.append(k)
+        return [0] * k
+
+    oracle_cost([1], [2, 3, 4], lookup, [0.0, 1.0, 1.0, 1.0, 1.0], k_max=3)
+    assert asked == [2, 1]  # no draft past the tokens still wanted, none at the last one
+
+
+def test_engine_lookup_is_the_drafters() -> None:
+    lookup = engine_lookup()
+    history = [1, 2, 3, 4, 1, 2]
+    options = _core.EngineOptions()
+    n_min, n_max = options.ngram_min, options.ngram_max
+    assert lookup(history, 2) == _core.ngram_lookup(history, n_min, n_max, 2)
+    assert lookup(history, 2) == [3, 4]  # what followed the earlier "1 2"
+
+
+@pytest.mark.parametrize("draft_max", [3, "auto"])
+def test_no_real_run_beats_the_oracle(engines: dict[str, object], draft_max: int | str) -> None:
+    """The engine's own passes, priced with the same costs, never cost less than the oracle:
+    it drafts from the same lookup on the same histories, so its choices are the oracle's too."""
+    from localspec.engine import Engine
+
+    engine = engines["ngram"]
+    assert isinstance(engine, Engine)
+    prompt = "the quick brown fox jumps over the lazy dog. the quick brown fox jumps over"
+    prompt_tokens = engine.tokenize(prompt)
+    spec = engine.generate(prompt, max_tokens=40, temperature=0, ignore_eos=True,
+                           draft_max=draft_max, reuse_cache=False)
+    plain = engine.generate(prompt, max_tokens=40, temperature=0, ignore_eos=True,
+                            speculative=False, reuse_cache=False)
+    assert max(spec.pass_rows) > 1  # it did draft, or the test proves nothing
+    k_max = 15 if draft_max == "auto" else int(draft_max)
+    measured = list(zip(spec.pass_rows + plain.pass_rows, spec.pass_seconds + plain.pass_seconds,
+                        strict=True))
+    costs = relative_pass_costs(measured, k_max + 1)
+    real = sum(costs[rows] for rows in spec.pass_rows)
+    best = oracle_cost(prompt_tokens, spec.tokens, engine_lookup(), costs, k_max)
+    assert best <= real + 1e-9
+    assert best <= len(spec.tokens)  # never worse than plain decoding
+
+
+def test_bench_prints_the_ceiling_for_ngram_drafts(tiny_model_path: Path,
+                                                   prompt_file: Path) -> None:
+    proc = bench("--target", str(tiny_model_path), "--draft", "ngram", "--prompts",
+                 str(prompt_file), "--max-tokens", "16", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    ceiling = out["ngram_ceiling"]
+    assert [r["label"] for r in ceiling["rows"]] == ["summarization", "conversation", "all"]
+    assert ceiling["max_rows"] == 16 and ceiling["pass_costs"][1] == 1.0
+    for row, category in zip(ceiling["rows"], out["categories"] + [out["overall"]], strict=True):
+        assert row["speedup"] == category["speedup"]
+        assert row["ceiling"] >= 1.0
+        assert row["of_ceiling"] == pytest.approx(row["speedup"] / row["ceiling"])
+    table = bench("--target", str(tiny_model_path), "--draft", "ngram", "--prompts",
+                  str(prompt_file), "--max-tokens", "8")
+    assert "n-gram ceiling" in table.stdout and "of ceiling" in table.stdout
+
+
+def test_bench_has_no_ceiling_for_model_drafts(tiny_model_path: Path, tiny_draft_path: Path,
+                                               prompt_file: Path) -> None:
+    proc = bench("--target", str(tiny_model_path), "--draft", str(tiny_draft_path), "--prompts",
+                 str(prompt_file), "--max-tokens", "8", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "ngram_ceiling" not in json.loads(proc.stdout)
