@@ -118,7 +118,6 @@ public:
         d["finish_reason"] = result.finish_reason;
         d["pass_rows"] = result.pass_rows;
         d["pass_emitted"] = result.pass_emitted;
-        d["pass_seconds"] = result.pass_seconds;
         d["stats"] = stats_to_dict(result.stats);
         return d;
     }
@@ -136,6 +135,11 @@ public:
             logits = engine().next_token_logits(tokens, batch_rows);
         }
         return py::array_t<float>(static_cast<py::ssize_t>(logits.size()), logits.data());
+    }
+
+    std::vector<double> pass_seconds(const std::vector<Token>& context, int max_rows, int repeats) {
+        py::gil_scoped_release release;
+        return engine().pass_seconds(context, max_rows, repeats);
     }
 
     void close() {
@@ -209,6 +213,7 @@ PYBIND11_MODULE(_core, m) {
         .def(py::init<const EngineOptions&>())
         .def("generate", &Core::generate, py::arg("request"), py::arg("on_chunk") = py::none())
         .def("next_token_logits", &Core::next_token_logits, py::arg("tokens"), py::arg("batch_rows") = 1)
+        .def("pass_seconds", &Core::pass_seconds, py::arg("context"), py::arg("max_rows"), py::arg("repeats"))
         .def("replay_greedy", &Core::replay_greedy)
         .def("tokenize", [](Core& c, const std::string& text, bool add_special, bool parse_special) {
             return c.engine().target().tokenize(text, add_special, parse_special);

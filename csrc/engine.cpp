@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
 
 #include "acceptance.h"
 #include "errors.h"
@@ -185,9 +186,7 @@ GenerateResult SpecEngine::generate(const GenerateRequest& request, const ChunkC
         // tokens still wanted (with "auto" the controller picks within that).
         const int k_cap = std::max(0, std::min({request.draft_max, n_ctx - static_cast<int>(history.size()),
                                                 request.max_tokens - stats.n_tokens - 1}));
-        const auto step_start = Clock::now();
         StepResult step = speculative_step(history, k_cap, request.adaptive, request.sampling, rng, stats);
-        result.pass_seconds.push_back(seconds_since(step_start));
         result.pass_rows.push_back(step.rows);
         result.pass_emitted.push_back(static_cast<int>(step.tokens.size()));
         const int n_accepted = static_cast<int>(step.tokens.size()) - 1;  // + 1 target token
@@ -247,6 +246,33 @@ std::vector<float> SpecEngine::next_token_logits(const std::vector<Token>& token
     target_.decode(std::vector<Token>(tokens.end() - static_cast<long>(rows), tokens.end()), static_cast<int>(rows));
     const float* row = target_.logits(static_cast<int>(rows) - 1);
     return std::vector<float>(row, row + target_.n_vocab());
+}
+
+std::vector<double> SpecEngine::pass_seconds(const std::vector<Token>& context, int max_rows, int repeats) {
+    GenerateRequest probe;
+    probe.prompt = context;
+    check_request(probe);
+    if (max_rows < 1 || max_rows >= static_cast<int>(context.size()) || repeats < 1) {
+        throw std::invalid_argument("pass_seconds needs 1 <= max_rows < the context's length and repeats >= 1");
+    }
+    std::vector<std::vector<double>> samples(static_cast<size_t>(max_rows) + 1);
+    for (int repeat = 0; repeat < repeats; ++repeat) {
+        for (int rows = 1; rows <= max_rows; ++rows) {
+            const auto split = context.end() - rows;
+            target_.sync(std::vector<Token>(context.begin(), split), 0);
+            const auto t0 = Clock::now();
+            target_.decode(std::vector<Token>(split, context.end()), rows);
+            for (int i = 0; i < rows; ++i) argmax(target_.logits(i), target_.n_vocab());
+            samples[static_cast<size_t>(rows)].push_back(seconds_since(t0));
+        }
+    }
+    std::vector<double> medians(samples.size(), 0.0);
+    for (size_t rows = 1; rows < samples.size(); ++rows) {
+        auto& s = samples[rows];
+        std::nth_element(s.begin(), s.begin() + static_cast<long>(s.size() / 2), s.end());
+        medians[rows] = s[s.size() / 2];
+    }
+    return medians;
 }
 
 int SpecEngine::replay_greedy(const std::vector<Token>& prompt, const std::vector<Token>& tokens,

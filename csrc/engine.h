@@ -62,10 +62,8 @@ struct GenerateResult {
     std::vector<Provenance> provenance;
     std::string finish_reason;  // "stop", "length" or "cancelled"
     GenerationStats stats;
-    // Per target pass: its rows (k + 1), how many tokens it emitted (accepted + 1) and the
-    // wall time of its whole step (draft, verify, roll back).
+    // Per target pass: its rows (k + 1) and how many tokens it emitted (accepted + 1).
     std::vector<int> pass_rows, pass_emitted;
-    std::vector<double> pass_seconds;
 };
 
 class SpecEngine {
@@ -86,6 +84,11 @@ public:
     // batch over the last batch_rows tokens. Batched and single-row passes may differ in the
     // low bits; comparing the two tells a numerical tie from a real divergence.
     std::vector<float> next_token_logits(const std::vector<Token>& tokens, int batch_rows = 1);
+
+    // Median seconds of a greedy verification pass (decode, then the argmax of every row) over
+    // the last r tokens of `context`, for r = 1 .. max_rows (index r; index 0 is 0), measured
+    // `repeats` times each, the row counts taking turns so that drift hits all of them.
+    std::vector<double> pass_seconds(const std::vector<Token>& context, int max_rows, int repeats);
 
     // Replays a greedy generation with the same target batch shapes (pass_rows) from a clean
     // cache and returns the index of the first token that is not the target's argmax there,

@@ -205,6 +205,11 @@ class Engine:
         ``batch_rows`` tokens). Runs on the engine thread."""
         return self._call(lambda: self._core.next_token_logits(list(tokens), batch_rows))
 
+    def pass_seconds(self, context: Sequence[int], max_rows: int, repeats: int = 5) -> list[float]:
+        """Median seconds of a greedy verification pass over the last r tokens of `context`, for
+        r = 1 .. max_rows (index r; index 0 is 0.0). Runs on the engine thread."""
+        return self._call(lambda: self._core.pass_seconds(list(context), max_rows, repeats))
+
     def last_logits_head(self) -> str:
         """Which head computed the target's last logits: "localspec-q8_0" or "llama.cpp"."""
         return self._call(self._core.last_logits_head)
@@ -307,7 +312,6 @@ class Engine:
                 stats=stats_from_core(raw["stats"]),
                 pass_rows=list(raw["pass_rows"]),
                 pass_emitted=list(raw["pass_emitted"]),
-                pass_seconds=list(raw["pass_seconds"]),
             )
         except LocalspecError as error:
             handle._finish(None, error)

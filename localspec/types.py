@@ -114,11 +114,9 @@ class GenerationResult:
     provenance: list[Provenance]
     finish_reason: FinishReason
     stats: GenerationStats
-    # Per target pass: rows verified (k + 1), tokens emitted (accepted + 1) and the wall time
-    # of its whole step.
+    # Per target pass: rows verified (k + 1) and tokens emitted (accepted + 1).
     pass_rows: list[int] = field(default_factory=list)
     pass_emitted: list[int] = field(default_factory=list)
-    pass_seconds: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -1,42 +1,31 @@
-"""The n-gram ceiling of `localspec bench`: pass costs, the oracle's dynamic programme, and the
+"""The n-gram ceiling of `localspec bench`: timed passes, the oracle's dynamic programme, and the
 property that makes it a ceiling (no real run of the engine costs less under the same costs)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from localspec import _core
-from localspec.bench.ceiling import MIN_PASSES, engine_lookup, oracle_cost, relative_pass_costs
+from localspec.bench.ceiling import engine_lookup, oracle_cost
 from tests.test_bench import bench
 
 
-def passes(rows: int, seconds: Sequence[float]) -> list[tuple[int, float]]:
-    return [(rows, s) for s in seconds]
+def test_pass_seconds_times_every_row_count(engines: dict[str, object]) -> None:
+    from localspec.engine import Engine
+    from localspec.errors import LocalspecError
 
-
-def test_pass_costs_are_medians_over_one_row_passes() -> None:
-    measured = (passes(1, [2.0] * MIN_PASSES + [50.0])  # an outlier does not move the median
-                + passes(2, [3.0] * MIN_PASSES) + passes(4, [4.0] * MIN_PASSES))
-    costs = relative_pass_costs(measured, max_rows=4)
-    assert costs == pytest.approx([0.0, 1.0, 1.5, 1.75, 2.0])  # 3 rows: between 2 and 4
-
-
-def test_rarely_measured_rows_are_interpolated_and_the_tail_extrapolated() -> None:
-    measured = (passes(1, [1.0] * MIN_PASSES) + passes(2, [1.2] * MIN_PASSES)
-                + passes(3, [9.0]) + passes(4, [1.6] * MIN_PASSES))
-    costs = relative_pass_costs(measured, max_rows=6)
-    # 3 rows were seen once: interpolated; 5 and 6 follow the slope from 2 to 4 rows.
-    assert costs == pytest.approx([0.0, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0])
-
-
-def test_pass_costs_need_plain_passes_and_a_run_that_never_drafted_replays_plain() -> None:
-    with pytest.raises(ValueError):
-        relative_pass_costs(passes(2, [1.0]), max_rows=4)
-    assert relative_pass_costs(passes(1, [1.0, 1.1]), max_rows=4) == [0.0, 1.0]
+    engine = engines["ngram"]
+    assert isinstance(engine, Engine)
+    context = engine.tokenize("the quick brown fox jumps over the lazy dog")
+    seconds = engine.pass_seconds(context, max_rows=4, repeats=3)
+    assert len(seconds) == 5 and seconds[0] == 0.0
+    assert all(s > 0 for s in seconds[1:])
+    for bad in (0, len(context)):  # rows must leave at least one token of context
+        with pytest.raises((ValueError, LocalspecError)):
+            engine.pass_seconds(context, max_rows=bad, repeats=1)
 
 
 def perfect_lookup(prompt: list[int], output: list[int], seen: list[list[int]]):  # type: ignore[no-untyped-def]
@@ -110,9 +99,8 @@ def test_no_real_run_beats_the_oracle(engines: dict[str, object], draft_max: int
                             speculative=False, reuse_cache=False)
     assert max(spec.pass_rows) > 1  # it did draft, or the test proves nothing
     k_max = 15 if draft_max == "auto" else int(draft_max)
-    measured = list(zip(spec.pass_rows + plain.pass_rows, spec.pass_seconds + plain.pass_seconds,
-                        strict=True))
-    costs = relative_pass_costs(measured, k_max + 1)
+    seconds = engine.pass_seconds(prompt_tokens + plain.tokens, k_max + 1, repeats=3)
+    costs = [s / seconds[1] for s in seconds]
     real = sum(costs[rows] for rows in spec.pass_rows)
     best = oracle_cost(prompt_tokens, spec.tokens, engine_lookup(), costs, k_max)
     assert best <= real + 1e-9

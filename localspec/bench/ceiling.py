@@ -10,24 +10,24 @@ positions gives the minimum total cost
 
     cost[0] = 0,   cost[i + min(j, a_i) + 1] <- cost[i] + v(j + 1)   for each draft length j
 
-where v(r) is the measured time of an r-row pass over that of a 1-row pass (same run, median by
-row count). Plain decoding costs n, so the ceiling is n / cost[n]. No controller that drafts
-from this lookup can beat it with these pass costs, which is what the number is for: it tells
-the controller's losses (measured speedup below the ceiling) from the limits of the drafts and
-of the hardware (a low ceiling).
+where v(r) is the time of an r-row pass over that of a 1-row pass, measured after the run on the
+same engine (medians, every row count up to k_max + 1). Plain decoding costs n, so the ceiling
+is n / cost[n]. No controller that drafts from this lookup can beat it with these pass costs,
+which is what the number is for: it tells the controller's losses (measured speedup below the
+ceiling) from the limits of the drafts and of the hardware (a low ceiling).
 """
 
 from __future__ import annotations
 
 import math
-import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from localspec import _core
 from localspec.bench.report import Report
 from localspec.bench.runner import PromptRun
+from localspec.engine import Engine
 
 Lookup = Callable[[list[int], int], list[int]]  # (history, k) -> up to k drafted tokens
 
@@ -39,40 +39,19 @@ def engine_lookup() -> Lookup:
     return lambda history, k: _core.ngram_lookup(history, n_min, n_max, k)
 
 
-MIN_PASSES = 5  # row counts measured fewer times than this are interpolated instead
+CALIBRATION_REPEATS = 5
 
 
-def relative_pass_costs(passes: Iterable[tuple[int, float]], max_rows: int) -> list[float]:
-    """v by row count, r = 0 .. max_rows: median seconds of r-row passes / that of 1-row passes.
-
-    v[0] is unused (0.0). Row counts measured fewer than MIN_PASSES times (under ``auto`` the
-    controller settles on a few lengths) are interpolated linearly between the well-measured
-    ones, and extrapolated past the last with the slope of the last two.
-    """
-    by_rows: dict[int, list[float]] = {}
-    for rows, seconds in passes:
-        by_rows.setdefault(rows, []).append(seconds)
-    if 1 not in by_rows:
-        raise ValueError("the pass costs need 1-row (plain) passes")
-    one = statistics.median(by_rows[1])
-    measured = {r: statistics.median(s) / one for r, s in by_rows.items()
-                if r == 1 or len(s) >= MIN_PASSES}
-    if len(measured) == 1:  # no row count measured often enough: take what there is
-        measured = {r: statistics.median(s) / one for r, s in by_rows.items()}
-    known = sorted(measured)
-    if len(known) == 1:
-        return [0.0, 1.0]  # the run never drafted: nothing to replay
-    costs = [0.0] * (max_rows + 1)
-    for r in range(1, max_rows + 1):
-        # The measured pair around r, or the last two past the end.
-        hi = next((k for k in known if k >= r), known[-1])
-        lo = max((k for k in known if k < hi), default=known[0])
-        if hi == r:
-            costs[r] = measured[r]
-            continue
-        slope = (measured[hi] - measured[lo]) / (hi - lo)
-        costs[r] = measured[lo] + slope * (r - lo)
-    return costs
+def measure_pass_costs(engine: Engine, runs: Sequence[PromptRun], k_max: int) -> list[float] | None:
+    """v(r) for r = 0 .. k_max + 1 rows (v(0) unused): the median time of an r-row greedy
+    verification pass over that of a 1-row pass, timed on the first prompt and its output
+    (fewer rows if that is short; None if it is too short to time a draft at all)."""
+    context = runs[0].prompt_tokens + runs[0].plain_tokens
+    max_rows = min(k_max + 1, len(context) - 1)
+    if max_rows < 2:
+        return None
+    seconds = engine.pass_seconds(context, max_rows, CALIBRATION_REPEATS)
+    return [s / seconds[1] for s in seconds]
 
 
 def _accepted(draft: Sequence[int], truth: Sequence[int]) -> int:
@@ -116,7 +95,7 @@ class CeilingRow:
 
 @dataclass
 class Ceiling:
-    max_rows: int  # the oracle drafts at most max_rows - 1 tokens (k_max) a step
+    max_rows: int  # the oracle drafts at most max_rows - 1 tokens a step (k_max)
     pass_costs: list[float]  # v[r], r = 0 .. max_rows (v[0] unused)
     rows: list[CeilingRow]
 
@@ -125,9 +104,9 @@ class Ceiling:
                 "rows": [r.to_dict() for r in self.rows]}
 
 
-def ngram_ceiling(runs: Sequence[PromptRun], report: Report, lookup: Lookup, k_max: int) -> Ceiling:
+def ngram_ceiling(runs: Sequence[PromptRun], report: Report, lookup: Lookup, k_max: int,
+                  costs: Sequence[float]) -> Ceiling:
     """The ceiling per category and overall, for greedy runs of the n-gram drafter."""
-    costs = relative_pass_costs((p for r in runs for p in r.passes), k_max + 1)
     oracle = {r.prompt.id: oracle_cost(r.prompt_tokens, r.plain_tokens, lookup, costs, k_max)
               for r in runs}
 
@@ -140,4 +119,4 @@ def ngram_ceiling(runs: Sequence[PromptRun], report: Report, lookup: Lookup, k_m
     rows = [row(c.label, [r for r in runs if r.prompt.category == c.label], c.speedup)
             for c in report.categories]
     rows.append(row(report.overall.label, runs, report.overall.speedup))
-    return Ceiling(len(costs) - 1, costs, rows)
+    return Ceiling(len(costs) - 1, list(costs), rows)

@@ -28,8 +28,6 @@ class PromptRun:
     divergences: list[Divergence] = field(default_factory=list)
     plain_tokens: list[int] = field(default_factory=list)  # plain output of the first repeat
     prompt_tokens: list[int] = field(default_factory=list)
-    # Every target pass of both arms: (rows, seconds of its whole step).
-    passes: list[tuple[int, float]] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
@@ -71,7 +69,6 @@ def run_comparison(
             for name, arm_params in arms:
                 result = engine.generate(prompt.text, arm_params)
                 getattr(run, name).append(result.stats)
-                run.passes.extend(zip(result.pass_rows, result.pass_seconds, strict=True))
                 outputs[name] = result
             plain_tokens, spec = outputs["plain"].tokens, outputs["speculative"]
             if r == 0:

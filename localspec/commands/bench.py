@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from localspec.bench.baseline import BASELINES, Baseline, run_baseline
-from localspec.bench.ceiling import Ceiling, engine_lookup, ngram_ceiling
+from localspec.bench.ceiling import Ceiling, engine_lookup, measure_pass_costs, ngram_ceiling
 from localspec.bench.report import Report, summarize
 from localspec.bench.runner import PromptRun, run_comparison
 from localspec.bench.synthetic_mode import (
@@ -106,8 +106,24 @@ def _synthetic_spec(args: argparse.Namespace) -> SyntheticSpec:
     return spec
 
 
+@dataclass
+class Measured:
+    """What the engine measured before it closes."""
+
+    runs: list[PromptRun]
+    prompt_tokens: dict[str, list[int]]  # for the baseline
+    pass_costs: list[float] | None  # for the n-gram ceiling (n-gram drafts, greedy)
+
+
+def _ceiling_k_max(drafter: str, params: GenerationParams) -> int | None:
+    """The longest draft the n-gram ceiling replays, or None when it does not apply."""
+    if drafter != "ngram" or params.temperature != 0:
+        return None
+    return AUTO_DRAFT_MAX if params.draft_max == "auto" else int(params.draft_max)
+
+
 def _measure(engine: Engine, prompts: list[Prompt], params: GenerationParams,
-             args: argparse.Namespace) -> tuple[list[PromptRun], dict[str, list[int]]]:
+             args: argparse.Namespace, drafter: str) -> Measured:
     err = Console(stderr=True)
     with Progress(
         TextColumn("[progress.description]{task.description}"), BarColumn(),
@@ -117,23 +133,28 @@ def _measure(engine: Engine, prompts: list[Prompt], params: GenerationParams,
         task = bar.add_task("benchmarking", total=len(prompts) * args.repeat)
         runs = run_comparison(engine, prompts, params, repeat=args.repeat,
                               progress=lambda done, _total: bar.update(task, completed=done))
-    tokens = {p.id: engine.tokenize(p.text) for p in prompts} if args.baseline else {}
-    return runs, tokens
+    k_max = _ceiling_k_max(drafter, params)
+    costs = None
+    if k_max is not None and runs:
+        with err.status("timing verification passes for the n-gram ceiling"):
+            costs = measure_pass_costs(engine, runs, k_max)
+    return Measured(runs, {r.prompt.id: r.prompt_tokens for r in runs}, costs)
 
 
-def _outcome(args: argparse.Namespace, target: str, drafter: str, runs: list[PromptRun],
-             tokens: dict[str, list[int]], draft_max: DraftMax) -> Outcome:
+def _outcome(args: argparse.Namespace, target: str, measured: Measured,
+             params: GenerationParams) -> Outcome:
     """Summaries; the baseline runs here, after localspec's engine has been closed."""
+    runs = measured.runs
     report = summarize(runs)
     outcome = Outcome(runs, report, theory=theory_rows(runs) if args.synthetic else None)
-    if drafter == "ngram" and args.temperature == 0 and runs:
-        k_max = AUTO_DRAFT_MAX if draft_max == "auto" else int(draft_max)
-        outcome.ceiling = ngram_ceiling(runs, report, engine_lookup(), k_max)
+    if measured.pass_costs is not None:
+        k_max = len(measured.pass_costs) - 2
+        outcome.ceiling = ngram_ceiling(runs, report, engine_lookup(), k_max, measured.pass_costs)
     if args.baseline:
         with Console(stderr=True).status("running the llama-cpp-python baseline"):
             outcome.baseline = run_baseline(
-                target, runs, tokens, report, max_tokens=args.max_tokens, repeat=args.repeat,
-                n_threads=args.threads or os.cpu_count() or 1,
+                target, runs, measured.prompt_tokens, report, max_tokens=args.max_tokens,
+                repeat=args.repeat, n_threads=args.threads or os.cpu_count() or 1,
                 num_pred_tokens=args.baseline_num_pred_tokens,
             )
     return outcome
@@ -161,17 +182,17 @@ def run(args: argparse.Namespace) -> int:
             with Engine.load(target, draft=draft, n_ctx=args.ctx or 4096, n_threads=args.threads,
                              draft_p_min=0.0, fast_head=not args.llama_head,
                              verbose=args.verbose) as engine:
-                runs, tokens = _measure(engine, prompts, params, args)
+                measured = _measure(engine, prompts, params, args, "synthetic")
                 heads = _heads(engine)
-            outcome = _outcome(args, str(target), "synthetic", runs, tokens, draft_max)
+            outcome = _outcome(args, str(target), measured, params)
         header: dict[str, Any] = {"target": "synthetic", "drafter": "synthetic",
                                   "synthetic": asdict(spec)}
     else:
         choice = choose_models(args)
         with load_engine(args, choice) as engine:
-            runs, tokens = _measure(engine, prompts, params, args)
+            measured = _measure(engine, prompts, params, args, choice.drafter)
             heads = _heads(engine)
-        outcome = _outcome(args, choice.target, choice.drafter, runs, tokens, draft_max)
+        outcome = _outcome(args, choice.target, measured, params)
         header = {"target": choice.target, "drafter": choice.drafter}
     header.update(heads)
     header.update(max_tokens=args.max_tokens,
