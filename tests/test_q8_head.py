@@ -75,6 +75,27 @@ def test_kernel_threads_split_the_vocabulary_exactly() -> None:
     assert np.array_equal(one, three)
 
 
+@needs_vnni
+@pytest.mark.parametrize("kernel", ["avx512vnni", "avxvnni"])
+def test_a_row_gets_the_same_logits_in_every_batch_size(kernel: str) -> None:
+    """Verification rows must equal plain decoding's single rows bit for bit: the tiles for
+    different row counts split integer sums only, never the float accumulation."""
+    if kernel not in _core.q8_head_kernels():
+        pytest.skip(f"this CPU cannot run the {kernel} kernel")
+    rng = np.random.default_rng(11)
+    n_vocab, n_embd = 517, 128
+    blocks = q8_0_bytes(rng.standard_normal((n_vocab, n_embd)))
+    hidden = (rng.standard_normal((16, n_embd)) * 2).astype(np.float32)
+
+    def logits(rows: np.ndarray) -> np.ndarray:
+        return _core.q8_head_logits(blocks, n_vocab, n_embd, rows, kernel=kernel)
+
+    alone = np.stack([logits(hidden[j:j + 1])[0] for j in range(16)])
+    for n_rows in range(2, 17):
+        batch = logits(hidden[:n_rows])
+        assert np.array_equal(batch, alone[:n_rows]), n_rows
+
+
 def test_kernel_rejects_wrong_sizes() -> None:
     blocks = np.zeros(34 * 2 * 10, dtype=np.uint8)
     with pytest.raises(ValueError):
