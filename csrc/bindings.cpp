@@ -11,6 +11,7 @@
 #include "drafter.h"
 #include "engine.h"
 #include "q8_head.h"
+#include "vocab_check.h"
 #include "errors.h"
 
 namespace py = pybind11;

@@ -7,6 +7,7 @@
 #include "acceptance.h"
 #include "errors.h"
 #include "text_stream.h"
+#include "vocab_check.h"
 
 namespace localspec {
 
