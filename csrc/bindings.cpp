@@ -10,6 +10,7 @@
 #include "controller.h"
 #include "drafter.h"
 #include "engine.h"
+#include "q6k_head.h"
 #include "q8_head.h"
 #include "vocab_check.h"
 #include "errors.h"
@@ -278,6 +279,36 @@ PYBIND11_MODULE(_core, m) {
         py::arg("blocks"), py::arg("n_vocab"), py::arg("n_embd"), py::arg("hidden"), py::arg("reference") = false,
         py::arg("n_threads") = 2, py::arg("kernel") = "");
     m.def("q8_head_kernels", &Q8Head::kernel_names);
+    m.def("q8_head_packed_bytes", &Q8Head::packed_bytes, py::arg("n_vocab"), py::arg("n_embd"));
+    m.def("q6k_head_packed_bytes", &Q6KHead::packed_bytes, py::arg("n_vocab"), py::arg("n_embd"));
+    m.def(
+        "q6k_head_logits",
+        [](const py::array_t<uint8_t, py::array::c_style>& blocks, int64_t n_vocab, int n_embd,
+           const py::array_t<float, py::array::c_style>& hidden, bool reference, int n_threads,
+           const std::string& kernel) {
+            // blocks: ggml's Q6_K bytes of an n_vocab x n_embd matrix; hidden: rows x n_embd.
+            const auto n_rows = static_cast<int>(hidden.size() / n_embd);
+            if (n_embd % 256 != 0 ||
+                static_cast<size_t>(blocks.size()) != static_cast<size_t>(n_vocab) * (n_embd / 256) * sizeof(Q6KBlock) ||
+                hidden.size() != static_cast<py::ssize_t>(n_rows) * n_embd) {
+                throw std::invalid_argument("blocks or hidden have the wrong size");
+            }
+            const auto* rows = reinterpret_cast<const Q6KBlock*>(blocks.data());
+            py::array_t<float> out({static_cast<py::ssize_t>(n_rows), static_cast<py::ssize_t>(n_vocab)});
+            float* dst = out.mutable_data();
+            const float* x = hidden.data();
+            {
+                py::gil_scoped_release release;
+                if (reference) {
+                    q6k_head_reference(rows, n_vocab, n_embd, x, n_rows, dst);
+                } else {
+                    Q6KHead(rows, n_vocab, n_embd).compute(x, n_rows, dst, n_threads, kernel);
+                }
+            }
+            return out;
+        },
+        py::arg("blocks"), py::arg("n_vocab"), py::arg("n_embd"), py::arg("hidden"), py::arg("reference") = false,
+        py::arg("n_threads") = 2, py::arg("kernel") = "");
     m.def(
         "ngram_lookup",
         [](const std::vector<Token>& history, int n_min, int n_max, int k) {

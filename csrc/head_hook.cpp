@@ -6,6 +6,9 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "q6k_head.h"
+#include "q8_head.h"
+
 namespace localspec {
 
 namespace {
@@ -18,7 +21,9 @@ void HeadHook::inspect(const ggml_tensor* out) {
     const ggml_tensor* hidden = out->src[1];
     const bool plain_matmul = out->op == GGML_OP_MUL_MAT && weights && hidden &&
                               std::strcmp(hidden->name, "result_norm") == 0;
-    if (plain_matmul && weights->type == GGML_TYPE_Q8_0 && ggml_is_contiguous(weights) && is_host(weights)) {
+    const bool q8_0 = weights && weights->type == GGML_TYPE_Q8_0;
+    const bool q6_k = weights && weights->type == GGML_TYPE_Q6_K;
+    if (plain_matmul && (q8_0 || q6_k) && ggml_is_contiguous(weights) && is_host(weights)) {
         weights_ = weights;
     }
 }
@@ -45,9 +50,12 @@ void HeadHook::before_decode(bool take_rows) {
 bool HeadHook::after_decode(int n_rows, int n_vocab, int n_threads) {
     armed_ = false;
     if (!head_ && weights_) {
-        if (weights_->ne[1] == n_vocab) {
-            head_ = std::make_unique<Q8Head>(static_cast<const Q8Block*>(weights_->data), weights_->ne[1],
-                                             static_cast<int>(weights_->ne[0]));
+        const int64_t rows = weights_->ne[1];
+        const int n_embd = static_cast<int>(weights_->ne[0]);
+        if (rows == n_vocab && weights_->type == GGML_TYPE_Q8_0) {
+            head_ = std::make_unique<Q8Head>(static_cast<const Q8Block*>(weights_->data), rows, n_embd);
+        } else if (rows == n_vocab && weights_->type == GGML_TYPE_Q6_K) {
+            head_ = std::make_unique<Q6KHead>(static_cast<const Q6KBlock*>(weights_->data), rows, n_embd);
         }
         weights_ = nullptr;
     }

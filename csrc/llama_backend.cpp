@@ -290,9 +290,9 @@ void Context::decode(const std::vector<Token>& tokens, int n_logits) {
     impl_->used_head = impl_->fast_head && impl_->hook.after_decode(n_logits_, n_vocab_, impl_->n_threads);
 }
 
-const char* Context::batch_head() const { return impl_->hook.ready() ? "localspec-q8_0" : "llama.cpp"; }
+const char* Context::batch_head() const { return impl_->hook.name(); }
 
-const char* Context::last_head() const { return impl_->used_head ? "localspec-q8_0" : "llama.cpp"; }
+const char* Context::last_head() const { return impl_->used_head ? impl_->hook.name() : "llama.cpp"; }
 
 const float* Context::logits(int row) const {
     // Rows with logits are the last n_logits_ tokens of the last decode call; llama.cpp

@@ -4,20 +4,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <new>
 #include <stdexcept>
 #include <string>
-#include <thread>
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
-#ifdef _WIN32
-#include <malloc.h>
-#else
-#include <sys/mman.h>
-#endif
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -133,45 +121,6 @@ void q8_head_reference(const Q8Block* rows, int64_t n_vocab, int n_embd, const f
 // block b, each stored as w + 128 (an unsigned byte, as the dot-product instruction wants).
 // So with x broadcast 4 bytes at a time, 8 multiply-adds give the 8 rows' block sums
 // isum + 128 * sum(x), and `offset` (-128 * sum(x)) removes the excess.
-
-namespace {
-
-// Memory for the packed weights, in 2 MiB pages where the kernel allows it: every call
-// streams the whole head, and with 4 KiB pages the walks over ~50,000 page-table entries
-// (evicted by the model's own weights between calls) cost about a tenth of a call here.
-class HugePageBuffer {
-public:
-    explicit HugePageBuffer(size_t size) : size_(size) {
-        constexpr size_t kHuge = size_t{2} << 20;
-        const size_t rounded = (size + kHuge - 1) / kHuge * kHuge;
-#ifdef _WIN32
-        data_ = static_cast<uint8_t*>(_aligned_malloc(rounded, kHuge));
-        if (!data_) throw std::bad_alloc();
-#else
-        void* p = nullptr;
-        if (posix_memalign(&p, kHuge, rounded) != 0) throw std::bad_alloc();
-#ifdef MADV_HUGEPAGE
-        madvise(p, rounded, MADV_HUGEPAGE);
-#endif
-        data_ = static_cast<uint8_t*>(p);
-#endif
-    }
-#ifdef _WIN32
-    ~HugePageBuffer() { _aligned_free(data_); }
-#else
-    ~HugePageBuffer() { std::free(data_); }
-#endif
-    HugePageBuffer(const HugePageBuffer&) = delete;
-    HugePageBuffer& operator=(const HugePageBuffer&) = delete;
-    uint8_t* data() const { return data_; }
-    size_t size() const { return size_; }
-
-private:
-    uint8_t* data_ = nullptr;
-    size_t size_ = 0;
-};
-
-}  // namespace
 
 struct Q8Head::Packed {
     int64_t n_groups = 0;
@@ -353,24 +302,7 @@ void Q8Head::compute(const float* hidden, int n_rows, float* logits, int n_threa
     const auto run = chosen->run;
     const QuantizedRows q = quantize_rows(hidden, n_rows, n_embd_);
     const Job job{packed_->weights->data(), packed_->scales.data(), packed_->n_blocks, &q, n_vocab_, logits};
-    const int64_t n_groups = packed_->n_groups;
-    const int workers = std::max(1, n_threads);
-#ifdef _OPENMP
-    // llama.cpp's CPU backend runs on OpenMP: reuse its (already spinning) worker threads
-    // rather than competing with them.
-#pragma omp parallel num_threads(workers)
-    {
-        const int t = omp_get_thread_num(), n = omp_get_num_threads();
-        run(job, n_groups * t / n, n_groups * (t + 1) / n);
-    }
-    return;
-#endif
-    std::vector<std::thread> threads;
-    for (int t = 1; t < workers; ++t) {
-        threads.emplace_back(run, std::cref(job), n_groups * t / workers, n_groups * (t + 1) / workers);
-    }
-    run(job, 0, n_groups / workers);
-    for (std::thread& thread : threads) thread.join();
+    split_over_threads(packed_->n_groups, n_threads, [&](int64_t g0, int64_t g1) { run(job, g0, g1); });
 }
 
 }  // namespace localspec

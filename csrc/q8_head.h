@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "head_common.h"
+
 namespace localspec {
 
 // ggml's block_q8_0: 32 int8 weights and their fp16 scale.
@@ -31,7 +33,7 @@ static_assert(sizeof(Q8Block) == 34, "block_q8_0 is 34 bytes");
 float fp16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float f);  // round to nearest even, as F16C does
 
-class Q8Head {
+class Q8Head : public OutputHead {
 public:
     // The instructions the kernel needs (x86-64 with AVX-VNNI or AVX512-VNNI).
     static bool cpu_supported();
@@ -45,12 +47,11 @@ public:
     Q8Head(const Q8Block* rows, int64_t n_vocab, int n_embd);
     ~Q8Head();
 
-    int64_t n_vocab() const { return n_vocab_; }
-    int n_embd() const { return n_embd_; }
-    // logits[j * n_vocab + v] = head row v . hidden row j, for j < n_rows. `kernel`: one of
-    // kernel_names() (the tests run each), "" for the fastest.
+    const char* name() const override { return "localspec-q8_0"; }
+    int64_t n_vocab() const override { return n_vocab_; }
+    int n_embd() const override { return n_embd_; }
     void compute(const float* hidden, int n_rows, float* logits, int n_threads,
-                 const std::string& kernel = "") const;
+                 const std::string& kernel = "") const override;
 
 private:
     struct Packed;

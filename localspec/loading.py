@@ -30,8 +30,8 @@ class LoadOptions:
     n_gpu_layers_draft: int | None = None  # None: same as n_gpu_layers
     draft_sampling: bool = True  # a draft model samples from q at temperature > 0
     draft_p_min: float = 0.4  # a draft model stops drafting below this top probability
-    # Verification logits from localspec's own Q8_0 head on the CPU (csrc/q8_head.h) when the
-    # target's head allows it; False: always llama.cpp's.
+    # Logits from localspec's own Q8_0 or Q6_K head on the CPU (csrc/q8_head.h, q6k_head.h)
+    # when the model's head allows it; False: always llama.cpp's.
     fast_head: bool = True
     verbose: bool = False
 

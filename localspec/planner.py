@@ -56,8 +56,8 @@ class ModelMemory:
     sliding_window: int = 0
     path: str | None = None
     file_bytes: int = 0  # size of the GGUF file (tensor data + header)
-    # localspec's repacked copy of a Q8_0 head (csrc/q8_head.h): made when this model is the
-    # target and its head stays in host memory.
+    # localspec's repacked copy of a Q8_0 or Q6_K head (csrc/q8_head.h, csrc/q6k_head.h): made
+    # when this model's head stays in host memory.
     head_copy_bytes: int = 0
 
     @property
@@ -100,8 +100,11 @@ class ModelMemory:
         tied = embd.nbytes if embd is not None and info.tensor("output.weight") is None else 0
         head = info.tensor("output.weight") or embd
         head_copy = 0
+        groups = -(-info.vocab_size // 8)  # the copies hold 8 vocabulary rows per group
         if head is not None and head.type_name == "Q8_0" and info.n_embd % 32 == 0:
-            head_copy = -(-info.vocab_size // 8) * (info.n_embd // 32) * 272
+            head_copy = groups * (info.n_embd // 32) * 272  # Q8Head::packed_bytes
+        elif head is not None and head.type_name == "Q6_K" and info.n_embd % 256 == 0:
+            head_copy = groups * (info.n_embd // 256) * 2192  # Q6KHead::packed_bytes
         heads_kv = (info.n_head_kv_per_layer() + [0] * n_layer)[:n_layer]
         return cls(
             name=info.name,

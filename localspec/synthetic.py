@@ -44,6 +44,7 @@ class TinyConfig:
     context_length: int = 4096
     head_scale: float = 3.0  # larger: peakier next-token distributions
     head_type: str = "F32"  # "Q8_0": store output.weight quantized, as real GGUFs often do
+    extra_tokens: int = 0  # unused tokens after the merges: a large vocabulary, a large head
     seed: int = 0
 
 
@@ -139,11 +140,14 @@ def write_model(
 
     path = Path(path)
     tokens, merges = build_vocab(cfg.n_merges)
-    tokens = tokens + list(SPECIAL_TOKENS)
+    n_normal = len(tokens)
+    tokens = tokens + [f"<unused{i}>" for i in range(cfg.extra_tokens)] + list(SPECIAL_TOKENS)
     n_vocab = len(tokens)
-    token_types = [gguf.TokenType.NORMAL] * (n_vocab - len(SPECIAL_TOKENS)) + [
-        gguf.TokenType.CONTROL
-    ] * len(SPECIAL_TOKENS)
+    token_types = (
+        [gguf.TokenType.NORMAL] * n_normal
+        + [gguf.TokenType.UNUSED] * cfg.extra_tokens
+        + [gguf.TokenType.CONTROL] * len(SPECIAL_TOKENS)
+    )
     n_layer = cfg.n_layer + extra_layers
 
     writer = gguf.GGUFWriter(str(path), "llama")

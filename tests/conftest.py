@@ -51,6 +51,19 @@ def q8_head_model(model_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def q6k_head_model(model_dir: Path) -> Path:
+    """A tiny model quantized by llama.cpp to Q4_K_M, which makes its output head Q6_K."""
+    from localspec import _core
+
+    f32 = write_model(model_dir / "tiny-256.gguf",
+                      TinyConfig(n_embd=256, n_head=4, n_head_kv=2, n_ff=512, seed=7),
+                      name="tiny-q6k-head")
+    out = model_dir / "tiny-q6k-head.gguf"
+    _core.quantize(str(f32), str(out), "Q4_K_M", 2)
+    return out
+
+
+@pytest.fixture(scope="session")
 def engines(tiny_pair: tuple[Path, Path]) -> Iterator[dict[str, object]]:
     """One engine per drafter over the same target, shared by the tests of a session."""
     from localspec.engine import Engine

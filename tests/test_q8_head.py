@@ -1,17 +1,12 @@
 """localspec's own Q8_0 output head (csrc/q8_head.*): the kernel against an independent numpy
-computation of ggml's Q8_0 dot product, and the engine against llama.cpp's own head."""
+computation of ggml's Q8_0 dot product (the engine with it: test_output_heads.py)."""
 
 from __future__ import annotations
-
-from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from localspec import _core
-from localspec.engine import Engine
-from localspec.types import GenerationParams, GenerationResult
 
 needs_vnni = pytest.mark.skipif(
     not _core.q8_head_supported(), reason="the Q8_0 head needs AVX-VNNI or AVX512-VNNI"
@@ -104,102 +99,3 @@ def test_kernel_rejects_wrong_sizes() -> None:
         good = np.zeros(34 * 2 * 11, dtype=np.uint8)
         with pytest.raises(ValueError, match="cannot run"):
             _core.q8_head_logits(good, 11, 64, np.zeros((1, 64), dtype=np.float32), kernel="nope")
-
-
-@needs_vnni
-def test_engine_uses_the_fast_head_only_where_it_applies(
-    q8_head_model: Path, tiny_model_path: Path
-) -> None:
-    with Engine.load(q8_head_model, draft="ngram", n_ctx=512) as engine:
-        assert engine.info.verify_head == "localspec-q8_0"
-    with Engine.load(q8_head_model, draft="ngram", n_ctx=512, fast_head=False) as engine:
-        assert engine.info.verify_head == "llama.cpp"
-    with Engine.load(tiny_model_path, draft="ngram", n_ctx=512) as engine:  # an F32 head
-        assert engine.info.verify_head == "llama.cpp"
-
-
-@needs_vnni
-def test_fast_head_logits_equal_llama_cpp_logits_for_the_same_batch(q8_head_model: Path) -> None:
-    tokens = list(range(20, 60))
-    logits = {}
-    for fast in (True, False):
-        with Engine.load(q8_head_model, draft="ngram", n_ctx=512, fast_head=fast) as engine:
-            logits[fast] = {}
-            for rows in (1, 2, 5, 8):
-                logits[fast][rows] = engine.next_token_logits(tokens, rows)
-                assert engine.last_logits_head() == ("localspec-q8_0" if fast else "llama.cpp")
-    for rows in (1, 2, 5, 8):
-        ours, theirs = logits[True][rows], logits[False][rows]
-        assert np.abs(ours - theirs).max() <= 1e-5 * np.abs(theirs).max()
-        assert int(ours.argmax()) == int(theirs.argmax())
-
-
-PROMPT = "the cat sat on the mat and the dog sat on the log. the cat sat on the"
-
-
-def llama_cpp_plain(model: Path, greedy: GenerationParams) -> GenerationResult:
-    """The reference: plain greedy decoding with llama.cpp's own head."""
-    with Engine.load(model, draft="none", n_ctx=512, fast_head=False) as plain_engine:
-        return plain_engine.generate(PROMPT, greedy)
-
-
-@needs_vnni
-def test_speculation_with_the_fast_head_is_lossless(q8_head_model: Path) -> None:
-    prompt = PROMPT
-    greedy = GenerationParams(max_tokens=48, temperature=0.0, ignore_eos=True, reuse_cache=False)
-    plain = llama_cpp_plain(q8_head_model, greedy)
-    with Engine.load(q8_head_model, draft="none", n_ctx=512) as fast_plain_engine:
-        fast_plain = fast_plain_engine.generate(prompt, greedy)  # plain decoding, our head
-        assert fast_plain_engine.last_logits_head() == "localspec-q8_0"
-    assert fast_plain.tokens == plain.tokens
-    with Engine.load(q8_head_model, draft="ngram", n_ctx=512) as engine:
-        for draft_max in (1, 3, 8):
-            spec = engine.generate(prompt, replace(greedy, draft_max=draft_max))
-            assert spec.tokens == plain.tokens
-            assert spec.stats.drafted > 0
-
-
-@needs_vnni
-def test_fast_head_rows_of_a_prompt_longer_than_one_batch(q8_head_model: Path) -> None:
-    # n_batch is 2048: the decode runs in two pieces and only the last one asks for logits.
-    tokens = [20 + (i * 7) % 300 for i in range(2100)]
-    logits = {}
-    for fast in (True, False):
-        with Engine.load(q8_head_model, draft="ngram", n_ctx=4096, fast_head=fast) as engine:
-            logits[fast] = engine.next_token_logits(tokens, 4)
-            assert engine.last_logits_head() == ("localspec-q8_0" if fast else "llama.cpp")
-    assert np.abs(logits[True] - logits[False]).max() <= 1e-5 * np.abs(logits[False]).max()
-
-
-@needs_vnni
-def test_rows_beyond_one_graph_keep_llama_cpp_s_head(q8_head_model: Path) -> None:
-    # 600 rows with logits: llama.cpp splits them over two graphs (n_ubatch 512), which the
-    # hook cannot stitch together, so llama.cpp's head computes them.
-    tokens = [20 + (i * 7) % 300 for i in range(700)]
-    with Engine.load(q8_head_model, draft="ngram", n_ctx=1024) as engine:
-        fast = engine.next_token_logits(tokens, 600)
-        assert engine.last_logits_head() == "llama.cpp"
-        again = engine.next_token_logits(tokens, 4)
-        assert engine.last_logits_head() == "localspec-q8_0"
-    with Engine.load(q8_head_model, draft="ngram", n_ctx=1024, fast_head=False) as engine:
-        theirs = engine.next_token_logits(tokens, 600)
-        theirs_4 = engine.next_token_logits(tokens, 4)
-    assert np.array_equal(fast, theirs)
-    assert np.abs(again - theirs_4).max() <= 1e-5 * np.abs(theirs_4).max()
-
-
-@needs_vnni
-def test_a_draft_model_with_a_q8_0_head_uses_localspec_s_head(q8_head_model: Path) -> None:
-    prompt = PROMPT
-    greedy = GenerationParams(max_tokens=32, temperature=0.0, ignore_eos=True, reuse_cache=False)
-    plain = llama_cpp_plain(q8_head_model, greedy)
-    with Engine.load(q8_head_model, draft=q8_head_model, n_ctx=512) as engine:
-        assert engine.info.draft_head == "localspec-q8_0"
-        spec = engine.generate(prompt, replace(greedy, draft_max=3))
-    assert spec.tokens == plain.tokens
-    # The draft is the target itself: its drafts are the target's own argmaxes.
-    assert spec.stats.drafted > 0 and spec.stats.accepted == spec.stats.drafted
-    with Engine.load(q8_head_model, draft=q8_head_model, n_ctx=512, fast_head=False) as engine:
-        assert engine.info.draft_head == "llama.cpp"
-    with Engine.load(q8_head_model, draft="ngram", n_ctx=512) as engine:
-        assert engine.info.draft_head == ""

@@ -1,0 +1,53 @@
+// What localspec's output heads (q8_head.h, q6k_head.h) share: the interface the graph hook
+// calls, memory in 2 MiB pages for their packed weights, and the split of a head's rows over
+// llama.cpp's worker threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace localspec {
+
+// An output head computed by localspec instead of llama.cpp: logits for rows of hidden states.
+class OutputHead {
+public:
+    virtual ~OutputHead() = default;
+    virtual const char* name() const = 0;  // "localspec-q8_0", "localspec-q6_k"
+    virtual int64_t n_vocab() const = 0;
+    virtual int n_embd() const = 0;
+    // logits[j * n_vocab + v] = head row v . hidden row j, for j < n_rows. `kernel`: one of the
+    // head's kernel names (the tests run each), "" for the fastest.
+    virtual void compute(const float* hidden, int n_rows, float* logits, int n_threads,
+                         const std::string& kernel = "") const = 0;
+};
+
+// Memory for packed weights, in 2 MiB pages where the kernel allows it: every call streams the
+// whole head, and with 4 KiB pages the walks over ~50,000 page-table entries (evicted by the
+// model's own weights between calls) cost about a tenth of a call here.
+class HugePageBuffer {
+public:
+    explicit HugePageBuffer(size_t size);
+    ~HugePageBuffer();
+    HugePageBuffer(const HugePageBuffer&) = delete;
+    HugePageBuffer& operator=(const HugePageBuffer&) = delete;
+    uint8_t* data() const { return data_; }
+    size_t size() const { return size_; }
+
+private:
+    uint8_t* data_ = nullptr;
+    size_t size_ = 0;
+};
+
+// Runs run(first, last) over [0, n_items) split evenly over n_threads. With OpenMP (as
+// llama.cpp's CPU backend uses) the split runs on its already spinning worker threads rather
+// than competing with them; otherwise on fresh threads.
+void split_over_threads(int64_t n_items, int n_threads, const std::function<void(int64_t, int64_t)>& run);
+
+// The x86 instructions both heads' kernels need, fastest first: "avx512vnni" (AVX512-VNNI with
+// 256-bit vectors and 32 registers) and "avxvnni".
+std::vector<std::string> vnni_kernel_names();
+
+}  // namespace localspec

@@ -1,0 +1,279 @@
+#include "q6k_head.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "q8_head.h"  // fp16_to_fp32
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define LOCALSPEC_X86 1
+#endif
+
+namespace localspec {
+
+void q6k_unpack(const Q6KBlock& block, uint8_t out[256]) {
+    // ggml's dequantize_row_q6_K: two halves of 128 values, each from 64 ql and 32 qh bytes.
+    for (int half = 0; half < 2; ++half) {
+        const uint8_t* ql = block.ql + 64 * half;
+        const uint8_t* qh = block.qh + 32 * half;
+        uint8_t* q = out + 128 * half;
+        for (int l = 0; l < 32; ++l) {
+            q[l] = static_cast<uint8_t>((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4));
+            q[l + 32] = static_cast<uint8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+            q[l + 64] = static_cast<uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+            q[l + 96] = static_cast<uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+        }
+    }
+}
+
+// ---- hidden states as Q8_K (ggml's quantize_row_q8_K_ref) ----------------------------------
+
+namespace {
+
+struct Q8KRows {
+    int n_rows = 0, n_super = 0;
+    std::vector<int32_t> words;  // [row][super][j][4]: sub-block j's 16 int8 values, 4 per int32
+    std::vector<int32_t> offset;  // [row][super][j]: -32 * (sum of sub-block j's values)
+    std::vector<float> scale;  // [row][super]: d
+};
+
+Q8KRows quantize_q8k(const float* hidden, int n_rows, int n_embd) {
+    Q8KRows q;
+    q.n_rows = n_rows;
+    q.n_super = n_embd / 256;
+    const size_t n_all = static_cast<size_t>(n_rows) * static_cast<size_t>(q.n_super);
+    q.words.assign(n_all * 64, 0);
+    q.offset.assign(n_all * 16, 0);
+    q.scale.assign(n_all, 0.0f);
+    for (size_t rs = 0; rs < n_all; ++rs) {
+        const float* x = hidden + rs * 256;
+        float max = 0.0f, amax = 0.0f;
+        for (int i = 0; i < 256; ++i) {
+            if (std::fabs(x[i]) > amax) {
+                amax = std::fabs(x[i]);
+                max = x[i];
+            }
+        }
+        if (amax == 0.0f) continue;  // d = 0, all values 0
+        const float iscale = -127.0f / max;
+        int8_t values[256];
+        for (int i = 0; i < 256; ++i) {
+            values[i] = static_cast<int8_t>(std::min(127, static_cast<int>(std::nearbyint(iscale * x[i]))));
+        }
+        std::memcpy(&q.words[rs * 64], values, 256);
+        for (int j = 0; j < 16; ++j) {
+            int sum = 0;
+            for (int i = 0; i < 16; ++i) sum += values[16 * j + i];
+            q.offset[rs * 16 + static_cast<size_t>(j)] = -32 * sum;
+        }
+        q.scale[rs] = 1.0f / iscale;
+    }
+    return q;
+}
+
+}  // namespace
+
+void q6k_head_reference(const Q6KBlock* rows, int64_t n_vocab, int n_embd, const float* hidden, int n_rows,
+                        float* logits) {
+    const Q8KRows q = quantize_q8k(hidden, n_rows, n_embd);
+    const int ns = q.n_super;
+    for (int r = 0; r < n_rows; ++r) {
+        for (int64_t v = 0; v < n_vocab; ++v) {
+            float acc = 0.0f;
+            for (int s = 0; s < ns; ++s) {
+                const Q6KBlock& block = rows[v * ns + s];
+                uint8_t w[256];
+                q6k_unpack(block, w);
+                int8_t x[256];
+                const size_t rs = static_cast<size_t>(r) * ns + static_cast<size_t>(s);
+                std::memcpy(x, &q.words[rs * 64], 256);
+                int isum = 0;
+                for (int j = 0; j < 16; ++j) {
+                    int sub = 0;
+                    for (int i = 16 * j; i < 16 * j + 16; ++i) sub += (w[i] - 32) * x[i];
+                    isum += block.scales[j] * sub;
+                }
+                acc += static_cast<float>(isum) * (fp16_to_fp32(block.d) * q.scale[rs]);
+            }
+            logits[static_cast<size_t>(r) * static_cast<size_t>(n_vocab) + static_cast<size_t>(v)] = acc;
+        }
+    }
+}
+
+// ---- the packed layout ---------------------------------------------------------------------
+//
+// Vocabulary rows go in groups of 8 (the last group padded with zero rows). For group g,
+// super-block s and sub-block j (16 weights), `weights` holds 4 vectors: vector k has, in lane
+// r, weights 4k..4k+3 of row 8g+r's sub-block, as unsigned 6-bit values q (w = q - 32). With x
+// broadcast 4 bytes at a time, 4 multiply-adds started from -32 * sum(x) give the 8 rows'
+// sub-block sums; each is multiplied by its row's scale and the 16 add up to the super-block's.
+
+struct Q6KHead::Packed {
+    int64_t n_groups = 0;
+    int n_super = 0;
+    std::unique_ptr<HugePageBuffer> weights;  // [group][super][j][k][lane][4]
+    std::vector<int8_t> scales;  // [group][super][j][lane]
+    std::vector<uint16_t> d;  // [group][super][lane]: fp16
+};
+
+uint64_t Q6KHead::packed_bytes(int64_t n_vocab, int n_embd) {
+    const uint64_t groups = static_cast<uint64_t>((n_vocab + 7) / 8);
+    return groups * static_cast<uint64_t>(n_embd / 256) * (2048 + 128 + 16);
+}
+
+Q6KHead::Q6KHead(const Q6KBlock* rows, int64_t n_vocab, int n_embd)
+    : packed_(std::make_unique<Packed>()), n_vocab_(n_vocab), n_embd_(n_embd) {
+    if (n_embd <= 0 || n_embd % 256 != 0) throw std::invalid_argument("Q6_K rows hold whole super-blocks");
+    Packed& p = *packed_;
+    p.n_groups = (n_vocab + 7) / 8;
+    p.n_super = n_embd / 256;
+    const size_t n_group_supers = static_cast<size_t>(p.n_groups) * static_cast<size_t>(p.n_super);
+    p.weights = std::make_unique<HugePageBuffer>(n_group_supers * 2048);
+    uint8_t* packed = p.weights->data();
+    std::memset(packed, 32, p.weights->size());  // padding rows: q = 32, w = 0
+    p.scales.assign(n_group_supers * 128, 0);
+    p.d.assign(n_group_supers * 8, 0);
+    for (int64_t v = 0; v < n_vocab; ++v) {
+        const size_t g = static_cast<size_t>(v / 8), lane = static_cast<size_t>(v % 8);
+        for (int s = 0; s < p.n_super; ++s) {
+            const Q6KBlock& block = rows[v * p.n_super + s];
+            const size_t gs = g * static_cast<size_t>(p.n_super) + static_cast<size_t>(s);
+            uint8_t q[256];
+            q6k_unpack(block, q);
+            p.d[gs * 8 + lane] = block.d;
+            for (size_t j = 0; j < 16; ++j) {
+                p.scales[(gs * 16 + j) * 8 + lane] = block.scales[j];
+                for (size_t i = 0; i < 16; ++i) {
+                    packed[((gs * 16 + j) * 4 + i / 4) * 32 + lane * 4 + i % 4] = q[16 * j + i];
+                }
+            }
+        }
+    }
+}
+
+Q6KHead::~Q6KHead() = default;
+
+// ---- the kernel ----------------------------------------------------------------------------
+
+namespace {
+
+struct Job {
+    const uint8_t* weights;
+    const int8_t* scales;
+    const uint16_t* d;
+    int n_super;
+    const Q8KRows* q;
+    int64_t n_vocab;
+    float* logits;
+};
+
+#ifdef LOCALSPEC_X86
+
+#define LOCALSPEC_UNROLL _Pragma("GCC unroll 8")
+
+// One group of 8 vocabulary rows against ROWS hidden rows (first_row ..); the group's weights
+// stay in cache while the caller loops over tiles of hidden rows.
+#define LOCALSPEC_Q6K_TILE(NAME, TARGET, DPBUSD)                                                      \
+    template <int ROWS>                                                                              \
+    __attribute__((target(TARGET))) void NAME(const Job& job, int64_t g, int first_row) {            \
+        const int ns = job.n_super;                                                                  \
+        const __m256i* w = reinterpret_cast<const __m256i*>(job.weights) + g * ns * 64;              \
+        const int8_t* sc = job.scales + g * ns * 128;                                                \
+        const uint16_t* dw = job.d + g * ns * 8;                                                     \
+        __m256 acc[ROWS];                                                                            \
+        LOCALSPEC_UNROLL for (int r = 0; r < ROWS; ++r) acc[r] = _mm256_setzero_ps();                \
+        for (int s = 0; s < ns; ++s) {                                                               \
+            __m256i isum[ROWS];                                                                      \
+            LOCALSPEC_UNROLL for (int r = 0; r < ROWS; ++r) isum[r] = _mm256_setzero_si256();        \
+            for (int j = 0; j < 16; ++j) {                                                           \
+                const __m256i* wj = w + (s * 16 + j) * 4;                                            \
+                const __m256i wk0 = _mm256_loadu_si256(wj), wk1 = _mm256_loadu_si256(wj + 1);        \
+                const __m256i wk2 = _mm256_loadu_si256(wj + 2), wk3 = _mm256_loadu_si256(wj + 3);    \
+                const __m256i scale = _mm256_cvtepi8_epi32(                                          \
+                    _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + (s * 16 + j) * 8)));       \
+                LOCALSPEC_UNROLL for (int r = 0; r < ROWS; ++r) {                                    \
+                    const size_t rsj = (static_cast<size_t>(first_row + r) * ns + s) * 16 + j;       \
+                    const int32_t* x = job.q->words.data() + rsj * 4;                                \
+                    __m256i part = _mm256_set1_epi32(job.q->offset[rsj]);                            \
+                    part = DPBUSD(part, wk0, _mm256_set1_epi32(x[0]));                               \
+                    part = DPBUSD(part, wk1, _mm256_set1_epi32(x[1]));                               \
+                    part = DPBUSD(part, wk2, _mm256_set1_epi32(x[2]));                               \
+                    part = DPBUSD(part, wk3, _mm256_set1_epi32(x[3]));                               \
+                    isum[r] = _mm256_add_epi32(isum[r], _mm256_mullo_epi32(part, scale));            \
+                }                                                                                    \
+            }                                                                                        \
+            const __m256 scale_w = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dw + s * 8)));  \
+            LOCALSPEC_UNROLL for (int r = 0; r < ROWS; ++r) {                                        \
+                const float dx = job.q->scale[static_cast<size_t>(first_row + r) * ns + s];          \
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]),                                \
+                                         _mm256_mul_ps(scale_w, _mm256_set1_ps(dx)), acc[r]);        \
+            }                                                                                        \
+        }                                                                                            \
+        for (int r = 0; r < ROWS; ++r) {                                                             \
+            float* out = job.logits + static_cast<size_t>(first_row + r) * job.n_vocab + g * 8;      \
+            const int64_t valid = std::min<int64_t>(8, job.n_vocab - g * 8);                         \
+            alignas(32) float tmp[8];                                                                \
+            _mm256_store_ps(tmp, acc[r]);                                                            \
+            std::memcpy(out, tmp, sizeof(float) * static_cast<size_t>(valid));                      \
+        }                                                                                            \
+    }
+
+LOCALSPEC_Q6K_TILE(tile_avxvnni, "avx2,fma,f16c,avxvnni", _mm256_dpbusd_avx_epi32)
+LOCALSPEC_Q6K_TILE(tile_avx512vnni, "avx2,fma,f16c,avx512vl,avx512vnni", _mm256_dpbusd_epi32)
+#undef LOCALSPEC_Q6K_TILE
+#undef LOCALSPEC_UNROLL
+
+using Tile = void (*)(const Job&, int64_t, int);
+
+// Tiles of up to 8 hidden rows with AVX-512's 32 vector registers, 4 with AVX2's 16.
+template <Tile... TILES>
+void run_groups(const Job& job, int64_t g0, int64_t g1) {
+    constexpr Tile tiles[] = {TILES...};
+    constexpr int max_rows = static_cast<int>(sizeof...(TILES));
+    for (int64_t g = g0; g < g1; ++g) {
+        const int n_tiles = (job.q->n_rows + max_rows - 1) / max_rows;  // equal tiles
+        for (int t = 0, j = 0; t < n_tiles; ++t) {
+            const int rows = (job.q->n_rows - j) / (n_tiles - t);
+            tiles[rows - 1](job, g, j);
+            j += rows;
+        }
+    }
+}
+
+using Run = void (*)(const Job&, int64_t, int64_t);
+
+Run find_kernel(const std::string& name) {
+    if (name == "avx512vnni") {
+        return run_groups<tile_avx512vnni<1>, tile_avx512vnni<2>, tile_avx512vnni<3>, tile_avx512vnni<4>,
+                          tile_avx512vnni<5>, tile_avx512vnni<6>, tile_avx512vnni<7>, tile_avx512vnni<8>>;
+    }
+    if (name == "avxvnni") return run_groups<tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>>;
+    return nullptr;
+}
+
+#else
+
+using Run = void (*)(const Job&, int64_t, int64_t);
+Run find_kernel(const std::string&) { return nullptr; }
+
+#endif
+
+}  // namespace
+
+std::vector<std::string> Q6KHead::kernel_names() { return vnni_kernel_names(); }
+
+void Q6KHead::compute(const float* hidden, int n_rows, float* logits, int n_threads, const std::string& kernel) const {
+    const std::vector<std::string> names = kernel_names();
+    const bool known = kernel.empty() ? !names.empty() : std::find(names.begin(), names.end(), kernel) != names.end();
+    const Run run = known ? find_kernel(kernel.empty() ? names.front() : kernel) : nullptr;
+    if (!run) throw std::invalid_argument("this CPU cannot run the Q6_K head kernel '" + kernel + "'");
+    const Q8KRows q = quantize_q8k(hidden, n_rows, n_embd_);
+    const Packed& p = *packed_;
+    const Job job{p.weights->data(), p.scales.data(), p.d.data(), p.n_super, &q, n_vocab_, logits};
+    split_over_threads(p.n_groups, n_threads, [&](int64_t g0, int64_t g1) { run(job, g0, g1); });
+}
+
+}  // namespace localspec
