@@ -41,8 +41,8 @@ public:
     virtual void rollback(const std::vector<Token>& /*history*/) {}
     // Process the prompt before generation starts, so drafting time excludes prefill.
     virtual void prefill(const std::vector<Token>& /*history*/) {}
-    // Which head computes a draft model's logits ("localspec-q8_0" or "llama.cpp"); "" when
-    // the drafter runs no model.
+    // Which head computes a draft model's logits (Context::batch_head()); "" when the drafter
+    // runs no model.
     virtual std::string head() const { return ""; }
 };
 

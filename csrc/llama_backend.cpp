@@ -14,7 +14,7 @@
 
 #include "errors.h"
 #include "head_hook.h"
-#include "q8_head.h"
+#include "head_common.h"
 
 namespace localspec {
 
@@ -222,7 +222,7 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
     // window size only (Gemma 3, Mistral) evicts old positions as new ones arrive, and after a
     // rollback those would be missing from the window: keep the full-size cache instead.
     params.swa_full = true;
-    impl_->fast_head = options.fast_head && Q8Head::cpu_supported();
+    impl_->fast_head = options.fast_head && !vnni_kernel_names().empty();
     if (impl_->fast_head) {
         params.cb_eval = HeadHook::on_graph_node;
         params.cb_eval_user_data = &impl_->hook;
@@ -242,7 +242,7 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
     impl_->batch = llama_batch_init(impl_->n_batch, 0, 1);
     n_vocab_ = llama_vocab_n_tokens(model.impl_->vocab);
     if (impl_->fast_head) {
-        // One token through the graph shows the hook the head: the Q8Head is built at load.
+        // One token through the graph shows the hook the head: the head is built at load.
         const Token bos = llama_vocab_bos(model.impl_->vocab);
         decode({bos >= 0 ? bos : 0}, 1);
         truncate(0);

@@ -62,8 +62,8 @@ struct ContextOptions {
     int n_ctx = 4096;
     int n_batch = 2048;
     int n_threads = 0;  // 0: hardware concurrency
-    // Compute every decode's logits with localspec's own head (q8_head.h) when the output
-    // head is Q8_0 in CPU memory and the CPU can run it; llama.cpp's otherwise.
+    // Compute every decode's logits with localspec's own head (q8_head.h, q6k_head.h) when the
+    // output head is Q8_0 or Q6_K in CPU memory and the CPU can run it; llama.cpp's otherwise.
     bool fast_head = false;
 };
 
@@ -84,8 +84,8 @@ public:
     // with logits(0 .. n_logits-1) until the next decode. Splits long inputs into n_batch pieces.
     void decode(const std::vector<Token>& tokens, int n_logits);
     const float* logits(int row) const;
-    // Which head computes the logits: "localspec-q8_0" (ContextOptions::fast_head took
-    // effect) or "llama.cpp".
+    // Which head computes the logits: "localspec-q8_0" or "localspec-q6_k"
+    // (ContextOptions::fast_head took effect) or "llama.cpp".
     const char* batch_head() const;
     // Which head computed the last decode's logits (the same two names).
     const char* last_head() const;

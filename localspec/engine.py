@@ -211,7 +211,8 @@ class Engine:
         return self._call(lambda: self._core.pass_seconds(list(context), max_rows, repeats))
 
     def last_logits_head(self) -> str:
-        """Which head computed the target's last logits: "localspec-q8_0" or "llama.cpp"."""
+        """Which head computed the target's last logits: "localspec-q8_0", "localspec-q6_k" or
+        "llama.cpp"."""
         return self._call(self._core.last_logits_head)
 
     def replay_greedy(self, prompt: Sequence[int], result: GenerationResult) -> int:

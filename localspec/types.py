@@ -141,7 +141,7 @@ class EngineInfo:
     bos_text: str
     eos_text: str
     # Which head computes the target's logits (verification and plain decoding alike):
-    # "localspec-q8_0" or "llama.cpp".
+    # "localspec-q8_0", "localspec-q6_k" or "llama.cpp".
     verify_head: str = "llama.cpp"
     # The same for a draft model's logits; "" for drafters without a model (n-gram, none).
     draft_head: str = ""
