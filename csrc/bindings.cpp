@@ -153,6 +153,37 @@ private:
     std::unique_ptr<SpecEngine> engine_;
 };
 
+// Logits of an output head over rows of hidden states, for the tests: `blocks` holds ggml's
+// bytes of an n_vocab x n_embd matrix (BLOCK_VALUES weights per block), `hidden` rows x n_embd.
+template <typename Block, typename Head,
+          void (*Reference)(const Block*, int64_t, int, const float*, int, float*), int BLOCK_VALUES>
+py::array_t<float> head_logits(const py::array_t<uint8_t, py::array::c_style>& blocks, int64_t n_vocab, int n_embd,
+                               const py::array_t<float, py::array::c_style>& hidden, bool reference, int n_threads,
+                               const std::string& kernel) {
+    const auto n_rows = static_cast<int>(hidden.size() / n_embd);
+    if (n_embd % BLOCK_VALUES != 0 ||
+        static_cast<size_t>(blocks.size()) != static_cast<size_t>(n_vocab) * (n_embd / BLOCK_VALUES) * sizeof(Block) ||
+        hidden.size() != static_cast<py::ssize_t>(n_rows) * n_embd) {
+        throw std::invalid_argument("blocks or hidden have the wrong size");
+    }
+    const auto* rows = reinterpret_cast<const Block*>(blocks.data());
+    py::array_t<float> out({static_cast<py::ssize_t>(n_rows), static_cast<py::ssize_t>(n_vocab)});
+    float* dst = out.mutable_data();
+    const float* x = hidden.data();
+    {
+        py::gil_scoped_release release;
+        if (reference) {
+            Reference(rows, n_vocab, n_embd, x, n_rows, dst);
+        } else {
+            Head(rows, n_vocab, n_embd).compute(x, n_rows, dst, n_threads, kernel);
+        }
+    }
+    return out;
+}
+#define HEAD_LOGITS_ARGS                                                                                  \
+    py::arg("blocks"), py::arg("n_vocab"), py::arg("n_embd"), py::arg("hidden"), py::arg("reference") = false, \
+        py::arg("n_threads") = 2, py::arg("kernel") = ""
+
 void translate_user_error(const UserError& e) {
     static const char* names[] = {"ModelLoadError", "VocabMismatchError", "PromptTooLongError",
                                   "InvalidParameterError"};
@@ -251,64 +282,11 @@ PYBIND11_MODULE(_core, m) {
 
     // Pure functions, exposed for tests and tools.
     m.def("q8_head_supported", &Q8Head::cpu_supported);
-    m.def(
-        "q8_head_logits",
-        [](const py::array_t<uint8_t, py::array::c_style>& blocks, int64_t n_vocab, int n_embd,
-           const py::array_t<float, py::array::c_style>& hidden, bool reference, int n_threads,
-           const std::string& kernel) {
-            // blocks: ggml's Q8_0 bytes of an n_vocab x n_embd matrix; hidden: rows x n_embd.
-            const auto n_rows = static_cast<int>(hidden.size() / n_embd);
-            if (static_cast<size_t>(blocks.size()) != static_cast<size_t>(n_vocab) * (n_embd / 32) * sizeof(Q8Block) ||
-                hidden.size() != static_cast<py::ssize_t>(n_rows) * n_embd) {
-                throw std::invalid_argument("blocks or hidden have the wrong size");
-            }
-            const auto* rows = reinterpret_cast<const Q8Block*>(blocks.data());
-            py::array_t<float> out({static_cast<py::ssize_t>(n_rows), static_cast<py::ssize_t>(n_vocab)});
-            float* dst = out.mutable_data();
-            const float* x = hidden.data();
-            {
-                py::gil_scoped_release release;
-                if (reference) {
-                    q8_head_reference(rows, n_vocab, n_embd, x, n_rows, dst);
-                } else {
-                    Q8Head(rows, n_vocab, n_embd).compute(x, n_rows, dst, n_threads, kernel);
-                }
-            }
-            return out;
-        },
-        py::arg("blocks"), py::arg("n_vocab"), py::arg("n_embd"), py::arg("hidden"), py::arg("reference") = false,
-        py::arg("n_threads") = 2, py::arg("kernel") = "");
+    m.def("q8_head_logits", &head_logits<Q8Block, Q8Head, q8_head_reference, 32>, HEAD_LOGITS_ARGS);
     m.def("q8_head_kernels", &Q8Head::kernel_names);
     m.def("q8_head_packed_bytes", &Q8Head::packed_bytes, py::arg("n_vocab"), py::arg("n_embd"));
+    m.def("q6k_head_logits", &head_logits<Q6KBlock, Q6KHead, q6k_head_reference, 256>, HEAD_LOGITS_ARGS);
     m.def("q6k_head_packed_bytes", &Q6KHead::packed_bytes, py::arg("n_vocab"), py::arg("n_embd"));
-    m.def(
-        "q6k_head_logits",
-        [](const py::array_t<uint8_t, py::array::c_style>& blocks, int64_t n_vocab, int n_embd,
-           const py::array_t<float, py::array::c_style>& hidden, bool reference, int n_threads,
-           const std::string& kernel) {
-            // blocks: ggml's Q6_K bytes of an n_vocab x n_embd matrix; hidden: rows x n_embd.
-            const auto n_rows = static_cast<int>(hidden.size() / n_embd);
-            if (n_embd % 256 != 0 ||
-                static_cast<size_t>(blocks.size()) != static_cast<size_t>(n_vocab) * (n_embd / 256) * sizeof(Q6KBlock) ||
-                hidden.size() != static_cast<py::ssize_t>(n_rows) * n_embd) {
-                throw std::invalid_argument("blocks or hidden have the wrong size");
-            }
-            const auto* rows = reinterpret_cast<const Q6KBlock*>(blocks.data());
-            py::array_t<float> out({static_cast<py::ssize_t>(n_rows), static_cast<py::ssize_t>(n_vocab)});
-            float* dst = out.mutable_data();
-            const float* x = hidden.data();
-            {
-                py::gil_scoped_release release;
-                if (reference) {
-                    q6k_head_reference(rows, n_vocab, n_embd, x, n_rows, dst);
-                } else {
-                    Q6KHead(rows, n_vocab, n_embd).compute(x, n_rows, dst, n_threads, kernel);
-                }
-            }
-            return out;
-        },
-        py::arg("blocks"), py::arg("n_vocab"), py::arg("n_embd"), py::arg("hidden"), py::arg("reference") = false,
-        py::arg("n_threads") = 2, py::arg("kernel") = "");
     m.def(
         "ngram_lookup",
         [](const std::vector<Token>& history, int n_min, int n_max, int k) {

@@ -226,31 +226,15 @@ LOCALSPEC_Q6K_TILE(tile_avx512vnni, "avx2,fma,f16c,avx512vl,avx512vnni", _mm256_
 #undef LOCALSPEC_Q6K_TILE
 #undef LOCALSPEC_UNROLL
 
-using Tile = void (*)(const Job&, int64_t, int);
-
 // Tiles of up to 8 hidden rows with AVX-512's 32 vector registers, 4 with AVX2's 16.
-template <Tile... TILES>
-void run_groups(const Job& job, int64_t g0, int64_t g1) {
-    constexpr Tile tiles[] = {TILES...};
-    constexpr int max_rows = static_cast<int>(sizeof...(TILES));
-    for (int64_t g = g0; g < g1; ++g) {
-        const int n_tiles = (job.q->n_rows + max_rows - 1) / max_rows;  // equal tiles
-        for (int t = 0, j = 0; t < n_tiles; ++t) {
-            const int rows = (job.q->n_rows - j) / (n_tiles - t);
-            tiles[rows - 1](job, g, j);
-            j += rows;
-        }
-    }
-}
-
 using Run = void (*)(const Job&, int64_t, int64_t);
 
 Run find_kernel(const std::string& name) {
     if (name == "avx512vnni") {
-        return run_groups<tile_avx512vnni<1>, tile_avx512vnni<2>, tile_avx512vnni<3>, tile_avx512vnni<4>,
+        return run_groups<Job, tile_avx512vnni<1>, tile_avx512vnni<2>, tile_avx512vnni<3>, tile_avx512vnni<4>,
                           tile_avx512vnni<5>, tile_avx512vnni<6>, tile_avx512vnni<7>, tile_avx512vnni<8>>;
     }
-    if (name == "avxvnni") return run_groups<tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>>;
+    if (name == "avxvnni") return run_groups<Job, tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>>;
     return nullptr;
 }
 

@@ -229,26 +229,9 @@ LOCALSPEC_Q8_TILE(tile_avx512vnni, "avx2,fma,f16c,avx512vl,avx512vnni", _mm256_d
 #undef LOCALSPEC_Q8_TILE
 #undef LOCALSPEC_UNROLL
 
-using Tile = void (*)(const Job&, int64_t, int);
-
-// A tile of hidden rows keeps 8 weight vectors and one accumulator per row in registers:
-// 4 rows fit AVX2's 16 vector registers, 8 rows AVX-512's 32 (each group's weights are then
-// read once for up to 8 rows, a whole typical verification batch).
-template <Tile... TILES>
-void run_groups(const Job& job, int64_t g0, int64_t g1) {
-    constexpr Tile tiles[] = {TILES...};
-    constexpr int max_rows = static_cast<int>(sizeof...(TILES));
-    for (int64_t g = g0; g < g1; ++g) {
-        // Equal tiles (9 rows: 5 + 4, not 8 + 1).
-        const int n_tiles = (job.q->n_rows + max_rows - 1) / max_rows;
-        for (int t = 0, j = 0; t < n_tiles; ++t) {
-            const int rows = (job.q->n_rows - j) / (n_tiles - t);
-            tiles[rows - 1](job, g, j);
-            j += rows;
-        }
-    }
-}
-
+// Tiles of up to 8 hidden rows with AVX-512's 32 vector registers (8 weight vectors and one
+// accumulator per row), 4 with AVX2's 16: each group's weights are read once for a whole
+// typical verification batch.
 struct Kernel {
     const char* name;
     void (*run)(const Job&, int64_t, int64_t);
@@ -259,12 +242,12 @@ std::vector<Kernel> find_kernels() {
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("f16c") || !__builtin_cpu_supports("fma")) return out;
     if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl")) {
-        out.push_back({"avx512vnni", run_groups<tile_avx512vnni<1>, tile_avx512vnni<2>, tile_avx512vnni<3>,
+        out.push_back({"avx512vnni", run_groups<Job, tile_avx512vnni<1>, tile_avx512vnni<2>, tile_avx512vnni<3>,
                                                 tile_avx512vnni<4>, tile_avx512vnni<5>, tile_avx512vnni<6>,
                                                 tile_avx512vnni<7>, tile_avx512vnni<8>>});
     }
     if (__builtin_cpu_supports("avxvnni")) {
-        out.push_back({"avxvnni", run_groups<tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>>});
+        out.push_back({"avxvnni", run_groups<Job, tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>>});
     }
     return out;
 }
