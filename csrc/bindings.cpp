@@ -248,6 +248,9 @@ PYBIND11_MODULE(_core, m) {
         .def("next_token_logits", &Core::next_token_logits, py::arg("tokens"), py::arg("batch_rows") = 1)
         .def("pass_seconds", &Core::pass_seconds, py::arg("context"), py::arg("max_rows"), py::arg("repeats"))
         .def("replay_greedy", &Core::replay_greedy)
+        .def("controller_memory", [](Core& c) { return c.engine().controller_memory(); })
+        .def("restore_controller_memory",
+             [](Core& c, const ControllerMemory& memory) { c.engine().restore_controller_memory(memory); })
         .def("tokenize", [](Core& c, const std::string& text, bool add_special, bool parse_special) {
             return c.engine().target().tokenize(text, add_special, parse_special);
         })
@@ -268,16 +271,37 @@ PYBIND11_MODULE(_core, m) {
         .def("last_logits_head", [](Core& c) { return c.engine().last_logits_head(); })
         .def("close", &Core::close);
 
+    py::class_<ControllerMemory>(m, "ControllerMemory")
+        .def(py::init<>())
+        .def_readwrite("trials", &ControllerMemory::trials)
+        .def_readwrite("hits", &ControllerMemory::hits)
+        .def_readwrite("verify", &ControllerMemory::verify)
+        .def_readwrite("draft_cost", &ControllerMemory::draft_cost);
+
+    py::enum_<DraftController::Estimate>(m, "Estimate")
+        .value("MEAN", DraftController::Estimate::Mean)
+        .value("PESSIMISTIC", DraftController::Estimate::Pessimistic)
+        .value("OPTIMISTIC", DraftController::Estimate::Optimistic);
+
     py::class_<DraftController>(m, "DraftController")
         .def(py::init<int>())
+        .def("begin_request", &DraftController::begin_request)
         .def("choose", &DraftController::choose, py::arg("kind") = 0, py::arg("limit") = 1 << 30)
         .def("observe", &DraftController::observe, py::arg("k"), py::arg("n_accepted"),
              py::arg("draft_seconds"), py::arg("verify_seconds"), py::arg("kind") = 0)
-        .def("reset_acceptance", &DraftController::reset_acceptance)
-        .def("acceptance", &DraftController::acceptance, py::arg("kind") = 0)
+        .def("seed_verify_seconds", &DraftController::seed_verify_seconds, py::arg("rows"), py::arg("seconds"))
+        .def("acceptance", &DraftController::acceptance, py::arg("kind") = 0, py::arg("position") = 0)
+        .def("pessimistic_acceptance", &DraftController::pessimistic_acceptance, py::arg("kind") = 0,
+             py::arg("position") = 0)
         .def("verify_seconds", &DraftController::verify_seconds)
         .def("draft_seconds_per_token", &DraftController::draft_seconds_per_token, py::arg("kind") = 0)
-        .def("expected_rate", &DraftController::expected_rate, py::arg("k"), py::arg("kind") = 0)
+        .def("expected_rate", &DraftController::expected_rate, py::arg("k"), py::arg("kind") = 0,
+             py::arg("estimate") = DraftController::Estimate::Mean)
+        .def_property_readonly("credit", &DraftController::credit)
+        .def_property_readonly("exploit_steps", &DraftController::exploit_steps)
+        .def_property_readonly("explore_steps", &DraftController::explore_steps)
+        .def_property_readonly("memory", &DraftController::memory)
+        .def("restore", &DraftController::restore)
         .def_property_readonly("k_max", &DraftController::k_max);
 
     // Pure functions, exposed for tests and tools.

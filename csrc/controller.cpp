@@ -7,131 +7,239 @@ namespace localspec {
 
 namespace {
 
-constexpr double kDecay = 0.95;        // acceptance memory: ~20 steps
-constexpr double kCostSmoothing = 0.2; // EMA weight of a new cost sample
-constexpr double kPriorAccepted = 1.0, kPriorRejections = 1.0;  // a starts at 0.5
-constexpr int kProbeEvery = 8;         // while plain, try drafting after this many steps,
-constexpr int kProbeEveryMax = 64;     // doubling after each probe that plain decoding still beats
-constexpr int kProbeLength = 2;
-constexpr int kExploreEvery = 8;       // while drafting, try an unmeasured batch size this often
-constexpr double kRequiredGain = 1.0;   // drafting must beat plain decoding (no margin: costs are measured)
+constexpr double kDecay = 0.97;         // slow acceptance memory: ~33 steps of a kind
+constexpr double kAge = 0.99;           // a declined proposal ages its kind's evidence a little
+constexpr double kMemoryTrials = 24.0;  // what a new request inherits: at most this many steps
+constexpr double kShrink = 2.0;         // pseudo-steps pulling a position towards the kind's mean
+constexpr double kZ = 0.5;              // confidence bounds: mean -/+ kZ standard deviations
+constexpr double kFastWeight = 0.5;     // the fast estimate: half its value is the last step
+constexpr double kFastFloor = 0.25;     // ... and it cuts acceptance once below this share of the mean
+constexpr double kBudget = 0.02;        // credit earned per emitted token, in plain passes
+constexpr double kExploitAllowance = 0.5;  // plain passes exploiting may lose beyond the credit
+constexpr double kCreditCap = 4.0;      // plain passes of credit a request may bank
+constexpr double kExploreCap = 1.0;     // ... of which exploring may spend at most one
+constexpr int kProbeMax = 2;            // exploring drafts at most this many tokens
+constexpr double kCostSmoothing = 0.2;  // EMA weight of a new cost sample
 
 double ema(double old, double sample) { return old == 0 ? sample : old + kCostSmoothing * (sample - old); }
 
-}  // namespace
-
-DraftController::DraftController(int k_max)
-    : k_max_(std::max(0, k_max)), verify_(static_cast<size_t>(k_max_) + 2, 0.0), draft_cost_(kKinds, 0.0) {
-    reset_acceptance();
-}
-
-void DraftController::reset_acceptance() {
-    accepted_.assign(kKinds, kPriorAccepted);
-    rejections_.assign(kKinds, kPriorRejections);
-    plain_steps_ = 0;
-    probe_every_ = kProbeEvery;
-}
-
-namespace {
 size_t kind_index(int kind) { return static_cast<size_t>(std::clamp(kind, 0, DraftController::kKinds - 1)); }
-}  // namespace
 
-double DraftController::acceptance(int kind) const {
-    const size_t i = kind_index(kind);
-    return accepted_[i] / (accepted_[i] + rejections_[i]);
+double sum(const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return s;
 }
 
-double DraftController::draft_seconds_per_token(int kind) const { return draft_cost_[kind_index(kind)]; }
+// The kind's acceptance over all positions, with one accepted and one rejected pseudo-step.
+double pooled_acceptance(const ControllerMemory& m, size_t kind) {
+    return (sum(m.hits[kind]) + 1.0) / (sum(m.trials[kind]) + 2.0);
+}
+
+}  // namespace
+
+DraftController::DraftController(int k_max) : k_max_(std::max(0, k_max)) {
+    const size_t positions = static_cast<size_t>(k_max_);
+    mem_.trials.assign(kKinds, std::vector<double>(positions, 0.0));
+    mem_.hits.assign(kKinds, std::vector<double>(positions, 0.0));
+    mem_.verify.assign(positions + 2, 0.0);
+    mem_.draft_cost.assign(kKinds, 0.0);
+    begin_request();
+}
+
+void DraftController::begin_request() {
+    credit_ = explore_credit_ = 0;
+    exploit_steps_ = explore_steps_ = 0;
+    last_ = Choice::Plain;
+    fast_.assign(kKinds, 0.0);
+    for (size_t kind = 0; kind < kKinds; ++kind) {
+        auto& trials = mem_.trials[kind];
+        auto& hits = mem_.hits[kind];
+        const double first = trials.empty() ? 0.0 : trials[0];
+        if (first > kMemoryTrials) {
+            const double scale = kMemoryTrials / first;
+            for (double& x : trials) x *= scale;
+            for (double& x : hits) x *= scale;
+        }
+        fast_[kind] = pooled_acceptance(mem_, kind);
+    }
+}
+
+void DraftController::restore(const ControllerMemory& memory) {
+    auto fits = [this](const std::vector<std::vector<double>>& table) {
+        if (table.size() != static_cast<size_t>(kKinds)) return false;
+        for (const auto& row : table) {
+            if (row.size() != static_cast<size_t>(k_max_)) return false;
+        }
+        return true;
+    };
+    if (fits(memory.trials) && fits(memory.hits)) {
+        mem_.trials = memory.trials;
+        mem_.hits = memory.hits;
+    }
+    if (memory.verify.size() == mem_.verify.size()) mem_.verify = memory.verify;
+    if (memory.draft_cost.size() == mem_.draft_cost.size()) mem_.draft_cost = memory.draft_cost;
+    begin_request();
+}
+
+void DraftController::seed_verify_seconds(int rows, double seconds) {
+    if (rows >= 1 && rows < static_cast<int>(mem_.verify.size()) && mem_.verify[static_cast<size_t>(rows)] == 0) {
+        mem_.verify[static_cast<size_t>(rows)] = seconds;
+    }
+}
+
+double DraftController::acceptance(int kind, int position) const {
+    const size_t k = kind_index(kind);
+    const double mean = pooled_acceptance(mem_, k);
+    if (position < 0 || position >= k_max_) return mean;
+    const size_t i = static_cast<size_t>(position);
+    return (mem_.hits[k][i] + kShrink * mean) / (mem_.trials[k][i] + kShrink);
+}
+
+// The position's mean moved z standard deviations of the kind's pooled estimate (a proportion
+// over all its trials): the evidence is mostly in how often the kind is right at all; the
+// per-position means only shape it.
+double DraftController::bounded_acceptance(int kind, int position, double z) const {
+    const size_t k = kind_index(kind);
+    const double pooled = pooled_acceptance(mem_, k);
+    const double n = sum(mem_.trials[k]) + 2.0;
+    const double a = acceptance(kind, position);
+    return std::clamp(a + z * std::sqrt(pooled * (1.0 - pooled) / n), 0.0, 1.0);
+}
+
+// The fast estimate (the share of its drafted tokens each recent step accepted, halving the
+// past at every step) relative to a quarter of the slow mean, at most 1: ordinary luck leaves
+// it at 1, while a kind that stops being right is cut to about half after three steps that
+// accepted nothing and to a quarter after four, however long its good record.
+double DraftController::fast_ratio(int kind) const {
+    const size_t k = kind_index(kind);
+    return std::min(1.0, fast_[k] / (kFastFloor * pooled_acceptance(mem_, k)));
+}
+
+double DraftController::pessimistic_acceptance(int kind, int position) const {
+    return bounded_acceptance(kind, position, -kZ) * fast_ratio(kind);
+}
+
+double DraftController::draft_seconds_per_token(int kind) const { return mem_.draft_cost[kind_index(kind)]; }
 
 double DraftController::verify_seconds(int rows) const {
     // The measured value if any. An unmeasured size is assumed to cost what the nearest
     // smaller measured size costs (optimism: extra rows free until measured), so that the
     // controller tries it once and learns; batch costs are too irregular to extrapolate
-    // (on CPUs 8 rows can cost less than 5).
-    const int n = static_cast<int>(verify_.size()) - 1;
+    // (on CPUs 8 rows can cost less than 5). The engine seeds every size at start-up.
+    const auto& v = mem_.verify;
+    const int n = static_cast<int>(v.size()) - 1;
     rows = std::clamp(rows, 1, n);
     for (int r = rows; r >= 1; --r) {
-        if (verify_[static_cast<size_t>(r)] > 0) return verify_[static_cast<size_t>(r)];
+        if (v[static_cast<size_t>(r)] > 0) return v[static_cast<size_t>(r)];
     }
     for (int r = rows + 1; r <= n; ++r) {
-        if (verify_[static_cast<size_t>(r)] > 0) return verify_[static_cast<size_t>(r)];
+        if (v[static_cast<size_t>(r)] > 0) return v[static_cast<size_t>(r)];
     }
     return 1.0;  // nothing measured yet
 }
 
-double DraftController::expected_rate(int k, int kind) const {
-    const double a = std::min(acceptance(kind), 0.999);
-    const double tokens = (1.0 - std::pow(a, k + 1)) / (1.0 - a);
+double DraftController::expected_rate(int k, int kind, Estimate estimate) const {
+    double tokens = 1.0, reach = 1.0;  // reach: chance that every draft so far was accepted
+    for (int i = 0; i < k; ++i) {
+        const double a = estimate == Estimate::Mean          ? acceptance(kind, i)
+                         : estimate == Estimate::Pessimistic ? pessimistic_acceptance(kind, i)
+                                                             : bounded_acceptance(kind, i, kZ);
+        reach *= a;
+        tokens += reach;
+    }
     const double seconds = k * draft_seconds_per_token(kind) + verify_seconds(k + 1);
     return seconds > 0 ? tokens / seconds : 0.0;
 }
 
+// A step whose drafts are all rejected emits one token (the correction) and costs the drafts
+// and a (k + 1)-row pass; plain decoding would have emitted that token for one row.
+double DraftController::worst_loss(int k, int kind) const {
+    return k * draft_seconds_per_token(kind) + verify_seconds(k + 1) - verify_seconds(1);
+}
+
 int DraftController::choose(int kind, int limit) {
+    last_ = Choice::Plain;
     limit = std::clamp(limit, 0, k_max_);
     if (limit == 0) return 0;
-    if (verify_[1] == 0) return 0;  // measure a plain pass first: the baseline everything is compared to
-    // Drafting must promise a clear gain over plain decoding: estimates are noisy, and a
-    // wrong "draft" costs more than a wrong "don't". Every k is judged with its own V(k + 1):
-    // on CPUs batch costs are far from linear (4 or 8 rows can cost less than 3 or 7), and the
-    // measured curve, not a formula, decides.
+    if (mem_.verify[1] == 0) return 0;  // measure a plain pass first: the baseline everything is compared to
+    // Exploit: the k whose pessimistic rate is best, if it beats plain decoding and the request
+    // can afford to lose it. Every k is judged with its own V(k + 1): on CPUs batch costs are
+    // far from linear (4 or 8 rows can cost less than 3 or 7).
+    const double plain = expected_rate(0, kind);
     int best = 0;
-    double best_rate = expected_rate(0, kind) * kRequiredGain;
+    double best_rate = plain;
     for (int k = 1; k <= limit; ++k) {
-        const double rate = expected_rate(k, kind);
+        if (worst_loss(k, kind) > credit_ + kExploitAllowance * verify_seconds(1)) continue;
+        const double rate = expected_rate(k, kind, Estimate::Pessimistic);
         if (rate > best_rate) {
             best = k;
             best_rate = rate;
         }
     }
-    ++steps_;
-    // While plain decoding wins, probe now and then in case acceptance has improved; but not
-    // when even perfect acceptance could not pay for the drafts (an expensive draft model),
-    // and less and less often while probes keep losing (a draft model near break-even pays
-    // for every probe). A probe, or every kExploreEvery steps while drafting, tries the
-    // smallest unmeasured batch size, so that the whole cost curve gets measured.
-    const bool probe = best == 0 && ++plain_steps_ >= probe_every_ && could_win(kind);
-    probing_ = probe;
-    if (probe) {
-        plain_steps_ = 0;
-        probe_every_ = std::min(2 * probe_every_, kProbeEveryMax);
-    }
     if (best > 0) {
-        plain_steps_ = 0;
-        probe_every_ = kProbeEvery;
+        last_ = Choice::Exploit;
+        return best;
     }
-    if (probe || (best > 0 && steps_ % kExploreEvery == 0)) {
-        for (int k = 1; k <= limit; ++k) {
-            if (verify_[static_cast<size_t>(k) + 1] == 0) return k;
-        }
+    const int probe = explore(kind, limit);
+    if (probe > 0) {
+        last_ = Choice::Explore;
+        return probe;
     }
-    return probe ? std::min(kProbeLength, limit) : best;
+    // Declined: the evidence against this kind ages a little, so that the optimistic estimate
+    // eventually asks for another (paid-for) probe and a change of text is noticed.
+    const size_t i = kind_index(kind);
+    for (double& x : mem_.trials[i]) x *= kAge;
+    for (double& x : mem_.hits[i]) x *= kAge;
+    return 0;
 }
 
-bool DraftController::could_win(int kind) const {
-    const double plain = expected_rate(0, kind) * kRequiredGain;
-    for (int k = 1; k <= k_max_; ++k) {
-        const double perfect = (k + 1) / (k * draft_seconds_per_token(kind) + verify_seconds(k + 1));
-        if (perfect > plain) return true;
+// A short draft that the optimistic estimate says could win, paid in full from the exploration
+// budget (never from what exploiting has won: that belongs to the user).
+int DraftController::explore(int kind, int limit) const {
+    const double plain = expected_rate(0, kind);
+    int best = 0;
+    double best_rate = plain;
+    for (int k = 1; k <= std::min(limit, kProbeMax); ++k) {
+        if (worst_loss(k, kind) > std::min(credit_, explore_credit_)) continue;
+        const double rate = expected_rate(k, kind, Estimate::Optimistic);
+        if (rate > best_rate) {
+            best = k;
+            best_rate = rate;
+        }
     }
-    return false;
+    return best;
 }
 
-void DraftController::observe(int k, int n_accepted, double draft_seconds, double verify_seconds, int kind) {
-    if (k > 0) {
-        const size_t i = kind_index(kind);
-        if (probing_ && n_accepted == k) {
-            // A probe accepted in full: the old estimate may be stale (the text turned to
-            // something the drafter knows). Start again from the prior, so that a few more
-            // steps decide, rather than waiting many backed-off probes to outweigh it.
-            accepted_[i] = kPriorAccepted;
-            rejections_[i] = kPriorRejections;
-        }
-        accepted_[i] = accepted_[i] * kDecay + n_accepted;
-        rejections_[i] = rejections_[i] * kDecay + (n_accepted < k ? 1 : 0);
-        draft_cost_[i] = ema(draft_cost_[i], draft_seconds / k);
-    }
+void DraftController::observe(int k, int n_accepted, double draft_seconds, double verify_seconds_, int kind) {
     const size_t rows = static_cast<size_t>(k) + 1;
-    if (rows < verify_.size()) verify_[rows] = ema(verify_[rows], verify_seconds);
+    if (rows < mem_.verify.size()) mem_.verify[rows] = ema(mem_.verify[rows], verify_seconds_);
+    const double plain = verify_seconds(1);
+    const double budget = kBudget * (n_accepted + 1) * plain;  // earned by every emitted token
+    explore_credit_ = std::min(explore_credit_ + budget, kExploreCap * plain);
+    if (k <= 0) {
+        credit_ = std::min(credit_ + budget, kCreditCap * plain);
+        return;
+    }
+    const size_t i = kind_index(kind);
+    auto& trials = mem_.trials[i];
+    auto& hits = mem_.hits[i];
+    for (double& x : trials) x *= kDecay;
+    for (double& x : hits) x *= kDecay;
+    // Positions 0 .. n were reached (n < k: position n is the rejected one); 0 .. n-1 accepted.
+    const int reached = std::min(n_accepted + 1, std::min(k, k_max_));
+    for (int p = 0; p < reached; ++p) {
+        trials[static_cast<size_t>(p)] += 1;
+        if (p < n_accepted) hits[static_cast<size_t>(p)] += 1;
+    }
+    fast_[i] += kFastWeight * (static_cast<double>(n_accepted) / k - fast_[i]);
+    mem_.draft_cost[i] = ema(mem_.draft_cost[i], draft_seconds / k);
+    // What this step won or lost against plain decoding of the same tokens.
+    const double won = (n_accepted + 1) * plain - (draft_seconds + verify_seconds_);
+    credit_ = std::min(credit_ + won + budget, kCreditCap * plain);
+    if (last_ == Choice::Explore) explore_credit_ = std::min(explore_credit_ + won, kExploreCap * plain);
+    if (last_ == Choice::Exploit) ++exploit_steps_;
+    if (last_ == Choice::Explore) ++explore_steps_;
 }
 
 }  // namespace localspec

@@ -1,16 +1,40 @@
-// The draft-length controller (DESIGN.md §4): learns, online, what a drafted token costs,
-// what verifying j tokens costs and how often drafts are accepted, and picks the k that
-// maximises expected tokens per second, including k = 0 (plain decoding) when drafting loses.
+// The draft-length controller (docs/design.md, "The controller"): learns, online, what a drafted
+// token costs, what verifying j tokens costs and how often drafts are accepted at each draft
+// position, and picks the k that maximises expected tokens per second, including k = 0 (plain
+// decoding) when drafting does not pay.
 //
-// With per-token acceptance a, a step that drafts k tokens emits on average
-//     E(k) = (1 - a^(k+1)) / (1 - a)      tokens (accepted prefix + correction/bonus)
+// With conditional acceptance a_i at draft position i (the chance that d_i is accepted given
+// that d_1 .. d_{i-1} were), a step that drafts k tokens emits on average
+//     E(k) = 1 + sum_{j=1..k} prod_{i=1..j} a_i      tokens (accepted prefix + correction/bonus)
 // and costs T(k) = k * c + V(k + 1) seconds (c: draft seconds per token, V(j): seconds for a
-// target pass over j rows). The controller maximises E(k) / T(k); plain decoding is E(0)/V(1).
+// target pass over j rows). Plain decoding is E(0) / V(1) = 1 / V(1).
+//
+// The worst case is bounded by design. Drafting must earn its place:
+//   * exploit: draft only where a PESSIMISTIC estimate of acceptance (a lower confidence bound,
+//     further cut by a fast-moving estimate so that a kind that stops being right is dropped
+//     within two steps) still beats plain decoding;
+//   * explore: otherwise try a short draft only when an optimistic estimate could win AND the
+//     request's credit pays for the draft's worst case (every token rejected);
+//   * credit: each request starts with none, earns kBudget (2%) of a plain pass per emitted
+//     token, gains or loses what each drafting step actually won or lost against plain
+//     decoding, and is capped. Exploiting may go kExploitAllowance below zero; exploring may
+//     spend only the budget (and what probes themselves won), never what exploiting won.
+// So a request's generation time is at most (1 + kBudget) times plain decoding's, plus
+// kExploitAllowance plain passes, plus timing noise.
 #pragma once
 
 #include <vector>
 
 namespace localspec {
+
+// What the controller has learned, kept across requests (and saved by `localspec run`).
+struct ControllerMemory {
+    // [kind][i]: decayed counts of drafts that reached position i (trials) and of those accepted
+    // (hits); hits / trials estimates the conditional acceptance a_{i+1}.
+    std::vector<std::vector<double>> trials, hits;
+    std::vector<double> verify;      // [rows]: smoothed seconds of a target pass; 0 = not measured
+    std::vector<double> draft_cost;  // [kind]: smoothed draft seconds per drafted token
+};
 
 class DraftController {
 public:
@@ -22,32 +46,48 @@ public:
     // draft model, kind 0); kinds are 0 .. kKinds-1.
     static constexpr int kKinds = 8;
 
+    // A new request: its credit starts at zero, and what was learned before is kept but weighed
+    // down to a few observations' worth, so that the request's own evidence soon dominates.
+    void begin_request();
     // Draft length for the next step, for a draft of this kind, at most `limit` (the drafter's
     // proposal length when it drafts first).
     int choose(int kind = 0, int limit = 1 << 30);
     // What the step did: drafted k tokens (k may be below the choice when the drafter had
     // fewer to offer), accepted n of them, and how long drafting and verification took.
     void observe(int k, int n_accepted, double draft_seconds, double verify_seconds, int kind = 0);
-    // A new generation: acceptance is prompt-specific, costs are not.
-    void reset_acceptance();
+    // Seeds V(rows) from a calibration pass (engine start-up), before any step has measured it.
+    void seed_verify_seconds(int rows, double seconds);
 
-    double acceptance(int kind = 0) const;  // current estimate of a
-    double verify_seconds(int rows) const;  // estimate of V(rows)
+    // Estimates. position is 0-based (0: the first drafted token).
+    double acceptance(int kind = 0, int position = 0) const;              // mean estimate
+    double pessimistic_acceptance(int kind = 0, int position = 0) const;  // what exploiting uses
+    double verify_seconds(int rows) const;                                // V(rows)
     double draft_seconds_per_token(int kind = 0) const;
-    double expected_rate(int k, int kind = 0) const;  // E(k) / T(k), tokens per second
+    enum class Estimate { Mean, Pessimistic, Optimistic };
+    double expected_rate(int k, int kind = 0, Estimate estimate = Estimate::Mean) const;  // E(k) / T(k)
+    double credit() const { return credit_; }  // seconds drafting may still lose in this request
+    // Steps of the current request that drafted because the pessimistic estimate said so
+    // (exploit) or to gather evidence (explore).
+    int exploit_steps() const { return exploit_steps_; }
+    int explore_steps() const { return explore_steps_; }
+
+    const ControllerMemory& memory() const { return mem_; }
+    // Restores saved memory; entries of the wrong shape (another k_max or kind count) are ignored.
+    void restore(const ControllerMemory& memory);
 
 private:
-    bool could_win(int kind) const;  // would drafting beat plain decoding at acceptance 1?
+    double bounded_acceptance(int kind, int position, double z) const;
+    double worst_loss(int k, int kind) const;  // seconds lost if every drafted token is rejected
+    double fast_ratio(int kind) const;
+    int explore(int kind, int limit) const;
 
     int k_max_;
-    // Decayed counts per kind: a = accepted / (accepted + rejections).
-    std::vector<double> accepted_, rejections_;
-    std::vector<double> verify_;            // [j]: EMA of V(j); 0 = not measured
-    std::vector<double> draft_cost_;        // [kind]: EMA of draft seconds per drafted token
-    int plain_steps_ = 0;                   // k = 0 choices since the last probe or draft
-    int probe_every_ = 0;                   // plain steps before the next probe (backs off)
-    bool probing_ = false;                  // the last choice was a probe
-    int steps_ = 0;
+    ControllerMemory mem_;
+    std::vector<double> fast_;  // [kind]: recent share of drafted tokens accepted (fast_ratio)
+    double credit_ = 0;          // what drafting may still lose in this request (seconds)
+    double explore_credit_ = 0;  // the part of it that exploring may spend: its budget only
+    enum class Choice { Plain, Exploit, Explore } last_ = Choice::Plain;
+    int exploit_steps_ = 0, explore_steps_ = 0;
 };
 
 }  // namespace localspec

@@ -167,6 +167,7 @@ GenerateResult SpecEngine::generate(const GenerateRequest& request, const ChunkC
     TextStream stream(request.stop);
     std::vector<Token> history = request.prompt;
 
+    if (request.adaptive && drafter_) calibrate(history);
     // Prefill: both caches take the prompt except its last token, which the first step verifies.
     const auto start = Clock::now();
     if (!request.reuse_cache) {
@@ -180,7 +181,7 @@ GenerateResult SpecEngine::generate(const GenerateRequest& request, const ChunkC
 
     result.finish_reason = "length";
     const int n_ctx = target_.n_ctx();
-    if (request.adaptive) controller_.reset_acceptance();
+    if (request.adaptive) controller_.begin_request();
     while (stats.n_tokens < request.max_tokens) {
         if (static_cast<int>(history.size()) >= n_ctx) break;  // context full
         // The longest draft: draft_max, bounded by the room left in the context and by the
@@ -235,6 +236,19 @@ GenerateResult SpecEngine::generate(const GenerateRequest& request, const ChunkC
     }
     stats.generation_seconds = seconds_since(gen_start);
     return result;
+}
+
+// Once per engine (unless restored memory already has them): time a pass over every row count
+// the controller may choose, so that its worst-case bound uses measured costs from the first
+// step. The context is the prompt (repeated if short), so the prefill that follows reuses it.
+void SpecEngine::calibrate(const std::vector<Token>& prompt) {
+    const int rows = controller_.k_max() + 1;
+    if (controller_.memory().verify.back() > 0) return;
+    std::vector<Token> context;
+    while (static_cast<int>(context.size()) < rows + 1) context.insert(context.end(), prompt.begin(), prompt.end());
+    if (static_cast<int>(context.size()) >= n_ctx()) return;
+    const std::vector<double> seconds = pass_seconds(context, rows, 1);
+    for (int r = 1; r <= rows; ++r) controller_.seed_verify_seconds(r, seconds[static_cast<size_t>(r)]);
 }
 
 std::vector<float> SpecEngine::next_token_logits(const std::vector<Token>& tokens, int batch_rows) {

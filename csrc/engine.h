@@ -96,6 +96,11 @@ public:
     int replay_greedy(const std::vector<Token>& prompt, const std::vector<Token>& tokens,
                       const std::vector<int>& pass_rows, const std::vector<int>& pass_emitted);
 
+    // What the controller has learned (acceptance by kind and position, pass and draft costs);
+    // it carries over from request to request, and can be saved and restored.
+    const ControllerMemory& controller_memory() const { return controller_.memory(); }
+    void restore_controller_memory(const ControllerMemory& memory) { controller_.restore(memory); }
+
 private:
     struct StepResult {
         std::vector<Token> tokens;
@@ -108,6 +113,7 @@ private:
     Draft draft_tokens(const std::vector<Token>& history, int k_cap, bool adaptive,
                        const SamplingParams& params, Rng& rng);
     void check_request(const GenerateRequest& request) const;
+    void calibrate(const std::vector<Token>& prompt);
 
     std::shared_ptr<Model> target_model_;
     Context target_;

@@ -117,6 +117,7 @@ class Engine:
             raise
         self._core: _core.Core = core
         self.info: EngineInfo = info
+        self.options = options
 
     @classmethod
     def load(
@@ -223,6 +224,15 @@ class Engine:
                 list(prompt), list(result.tokens), result.pass_rows, result.pass_emitted
             )
         )
+
+    def learned(self) -> _core.ControllerMemory:
+        """What the draft-length controller has learned so far (it carries over from request to
+        request; localspec.learned saves it between runs). Runs on the engine thread."""
+        return self._call(self._core.controller_memory)
+
+    def restore_learned(self, memory: _core.ControllerMemory) -> None:
+        """Start the controller from saved memory (entries of the wrong shape are ignored)."""
+        self._call(lambda: self._core.restore_controller_memory(memory))
 
     def _call(self, fn: Callable[[], _T]) -> _T:
         job = _Job(fn)

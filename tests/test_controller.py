@@ -124,17 +124,15 @@ def test_limit_bounds_the_choice() -> None:
     assert controller.choose(0, 3) <= 3
 
 
-def test_probes_back_off_while_plain_decoding_keeps_winning() -> None:
-    """Probing every 8 plain steps would cost a break-even draft model a probe per 8 tokens;
-    each probe that loses doubles the wait (up to 64 steps), and drafting resets it."""
+def test_probes_get_rarer_while_plain_decoding_keeps_winning() -> None:
+    """A drafter that is almost never right: probes are paid from the request's 2% budget and
+    the evidence against it grows, so they stay rare."""
     controller = _core.DraftController(8)
     chosen = simulate(controller, accept=0.02, draft_cost=0.0005, verify=cpu_like, steps=1000)
     probes = [i for i, k in enumerate(chosen) if k > 0]
-    gaps = np.diff(probes)
     assert len(probes) < 30  # a fixed interval of 8 would give more than 100
-    assert gaps[-3:].min() >= 60 and gaps.max() <= 70
     later = simulate(controller, accept=0.97, draft_cost=0.0005, verify=cpu_like, steps=200)
-    assert np.median(later[-100:]) >= 3  # noticed within one long wait
+    assert np.median(later[-100:]) >= 3  # and a change is still noticed
 
 
 def test_each_kind_of_draft_has_its_own_cost() -> None:

@@ -7,6 +7,8 @@ import json
 import sys
 
 from localspec.commands.common import add_model_arguments, choose_models, draft_max_arg, load_engine
+from localspec.engine import Engine
+from localspec.learned import LearnedKey, learned_path, load_learned, save_learned
 from localspec.types import GenerationParams, GenerationStats
 
 
@@ -35,6 +37,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     parser.add_argument("--no-speculation", action="store_true", help="plain target-only decoding")
     parser.add_argument(
+        "--reset-stats", action="store_true",
+        help="start the draft controller from nothing instead of the statistics saved by earlier "
+        "runs of this model + drafter (they are overwritten at the end)",
+    )
+    parser.add_argument(
         "--json", action="store_true", help="print one JSON object (schema in README)"
     )
     parser.set_defaults(func=run)
@@ -60,20 +67,33 @@ def run(args: argparse.Namespace) -> int:
     )
     params.validate()  # before the (slow) model load
     with load_engine(args, choice) as engine:
-        if args.json:
-            result = engine.generate(prompt, params)
-            print(json.dumps(result.to_dict(), ensure_ascii=False))
-            return 0
-        handle = engine.submit(prompt, params)
+        stats_path = learned_path(LearnedKey.of(engine.options))
+        saved = None if args.reset_stats else load_learned(stats_path)
+        if saved is not None:
+            engine.restore_learned(saved)
         try:
-            for chunk in handle:
-                sys.stdout.write(chunk.text)
-                sys.stdout.flush()
+            return _generate(args, engine, prompt, params, used_saved=saved is not None)
         finally:
-            handle.cancel()  # Ctrl-C: stop the engine within one step
-        sys.stdout.write("\n")
-        sys.stdout.flush()
-        print(summary_line(handle.result().stats, engine.info.drafter), file=sys.stderr)
+            if params.speculative:
+                save_learned(stats_path, engine.learned())
+
+
+def _generate(args: argparse.Namespace, engine: Engine, prompt: str, params: GenerationParams,
+              *, used_saved: bool) -> int:
+    if args.json:
+        result = engine.generate(prompt, params)
+        print(json.dumps({**result.to_dict(), "saved_stats_used": used_saved}, ensure_ascii=False))
+        return 0
+    handle = engine.submit(prompt, params)
+    try:
+        for chunk in handle:
+            sys.stdout.write(chunk.text)
+            sys.stdout.flush()
+    finally:
+        handle.cancel()  # Ctrl-C: stop the engine within one step
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    print(summary_line(handle.result().stats, engine.info.drafter), file=sys.stderr)
     return 0
 
 
