@@ -33,9 +33,20 @@ BUILTIN_CATEGORIES: tuple[str, ...] = (
 )
 """The categories of the built-in set, each with at least ten prompts."""
 
+ADVERSARIAL_CATEGORIES: tuple[str, ...] = (
+    "writing",
+    "brainstorming",
+    "roleplay",
+    "poetry",
+    "code-spec",
+    "opinion",
+)
+"""The categories of the adversarial set: little in the prompt for the output to copy."""
+
 DEFAULT_CATEGORY = "uncategorized"
 
-_BUILTIN_NAME = "built-in prompt set (localspec/data/prompts.jsonl)"
+BUILTIN_SETS: dict[str, str] = {"builtin": "prompts.jsonl", "adversarial": "adversarial.jsonl"}
+"""Built-in prompt sets by name (files in localspec/data/)."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +63,8 @@ def load_prompts(
     categories: Sequence[str] | None = None,
     limit_per_category: int | None = None,
 ) -> list[Prompt]:
-    """Read prompts from ``path`` (a JSONL file), or the built-in set when ``path`` is None.
+    """Read prompts from ``path`` (a JSONL file, or a name in BUILTIN_SETS), or the built-in
+    set when ``path`` is None.
 
     ``categories`` keeps only prompts of those categories (file order is kept);
     ``limit_per_category`` keeps at most that many prompts of each category (the first ones).
@@ -98,14 +110,16 @@ def load_prompts(
 
 
 def _read_source(path: str | Path | None) -> tuple[str, str]:
-    """(name used in error messages, file contents)."""
-    if path is None:
-        resource = resources.files("localspec").joinpath("data", "prompts.jsonl")
+    """(name used in error messages, file contents). ``path`` may name a built-in set."""
+    if path is None or str(path) in BUILTIN_SETS:
+        file_name = BUILTIN_SETS[str(path) if path is not None else "builtin"]
+        name = f"built-in prompt set (localspec/data/{file_name})"
+        resource = resources.files("localspec").joinpath("data", file_name)
         try:
-            return _BUILTIN_NAME, resource.read_text(encoding="utf-8")
+            return name, resource.read_text(encoding="utf-8")
         except FileNotFoundError as exc:  # pragma: no cover - broken installation
             raise LocalspecError(
-                f"The {_BUILTIN_NAME} is missing from the installed package; reinstall localspec."
+                f"The {name} is missing from the installed package; reinstall localspec."
             ) from exc
 
     file = Path(path)

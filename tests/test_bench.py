@@ -92,6 +92,31 @@ def test_summarize_rows_speedup_and_aggregates() -> None:
     assert json.loads(json.dumps(report.to_dict()))["overall"]["label"] == "all"
 
 
+def test_repeats_are_paired_and_the_aa_arm_measures_the_noise() -> None:
+    """Three repeats; repeat r of each arm is compared with repeat r of plain. The A/A arm is a
+    second plain arm: its ratio and spread say whether a 2% difference could be seen."""
+    def run(pid: str, category: str, plain_s: Sequence[float], spec_s: Sequence[float],
+            again_s: Sequence[float]) -> PromptRun:
+        return PromptRun(Prompt(pid, category, "text"), [stats(10, t) for t in plain_s],
+                         [stats(10, t) for t in spec_s], [stats(10, t) for t in again_s])
+
+    steady = run("steady", "A", [1.0, 1.0, 1.0], [0.5, 0.5, 0.5], [1.0, 1.0, 1.0])
+    noisy = run("noisy", "B", [1.0, 1.0, 1.0], [1.0, 1.25, 0.8], [1.0, 0.9, 1.1])
+    report = summarize([steady, noisy])
+    a, b = report.prompts
+    assert (a.speedup, a.speedup_spread, a.aa, a.aa_spread) == (2.0, 0.0, 1.0, 0.0)
+    assert a.trusted
+    assert b.speedup == pytest.approx(1.0)  # the median of 1.0, 0.8 and 1.25
+    assert b.speedup_spread == pytest.approx((1.25 - 0.8) / 2)
+    assert b.aa_spread == pytest.approx((1 / 0.9 - 1 / 1.1) / 2)
+    assert not b.trusted
+    assert report.worst is not None
+    assert (report.worst.prompt, report.worst.category) == ("noisy", "B")
+    assert report.worst.prompt_speedup == pytest.approx(1.0)
+    rows = report.to_dict()["prompts"]
+    assert [row["trusted"] for row in rows] == [True, False]
+
+
 def test_verdicts_yes_tie_no() -> None:
     plain, spec = stats(4, 1.0), stats(4, 1.0, [(1, 1), (1, 1)])
     same = prompt_run("s", "A", plain, spec)
@@ -193,9 +218,10 @@ def bench(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
                           capture_output=True, text=True, timeout=300, env=env)
 
 
-ROW_FIELDS = {"label", "n_runs", "plain_tps", "speculative_tps", "speedup", "drafted", "accepted",
-              "rejected", "acceptance_rate", "mean_accepted_length", "draft_seconds",
-              "verify_seconds", "other_seconds", "identical"}
+ROW_FIELDS = {"label", "n_runs", "plain_tps", "speculative_tps", "speedup", "speedup_spread",
+              "aa", "aa_spread", "trusted", "drafted", "accepted", "rejected", "acceptance_rate",
+              "mean_accepted_length", "draft_seconds", "verify_seconds", "other_seconds",
+              "identical"}
 
 
 def test_bench_json_and_plot(tiny_model_path: Path, tiny_draft_path: Path, prompt_file: Path,
@@ -218,6 +244,9 @@ def test_bench_json_and_plot(tiny_model_path: Path, tiny_draft_path: Path, promp
         assert row["identical"] in ("yes", "tie")
         assert row["drafted"] == row["accepted"] + row["rejected"]
     assert out["overall"]["n_runs"] == 4
+    assert out["overall"]["aa"] > 0  # the A/A arm ran
+    assert out["worst"]["category"] in ("summarization", "conversation")
+    assert out["saved_stats_used"] is False
     assert sum(out["accepted_length_histogram"]) > 0
     assert png.read_bytes().startswith(b"\x89PNG")
 

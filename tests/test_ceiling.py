@@ -93,6 +93,9 @@ def test_no_real_run_beats_the_oracle(engines: dict[str, object], draft_max: int
     assert isinstance(engine, Engine)
     prompt = "the quick brown fox jumps over the lazy dog. the quick brown fox jumps over"
     prompt_tokens = engine.tokenize(prompt)
+    for _ in range(3):  # the controller drafts on evidence: let it learn this text first
+        engine.generate(prompt, max_tokens=40, temperature=0, ignore_eos=True,
+                        draft_max=draft_max, reuse_cache=False)
     spec = engine.generate(prompt, max_tokens=40, temperature=0, ignore_eos=True,
                            draft_max=draft_max, reuse_cache=False)
     plain = engine.generate(prompt, max_tokens=40, temperature=0, ignore_eos=True,

@@ -1,8 +1,16 @@
-"""Aggregating benchmark runs into rows: per prompt, per category, overall.
+"""Aggregating benchmark runs into rows: per prompt, per category, overall, and the worst.
 
-Definitions (DESIGN §7): tokens/s = generated tokens / generation time, prefill excluded.
-A prompt's tokens/s is the median over its repeats; a group's is its total tokens over its
-total generation time. Speedup = speculative tokens/s / plain tokens/s of the same group.
+Definitions (docs/design.md, "Benchmarks"): tokens/s = generated tokens / generation time,
+prefill excluded. Repeats are paired: repeat r of the speculative arm is compared with repeat r
+of the plain arm, which ran right next to it.
+
+* A prompt's speedup is the median of its per-repeat ratios (speculative / plain tokens/s);
+  its spread is half the range of those ratios, relative to the median.
+* A group's (category, all) speedup is its total tokens over its total time, speculative
+  against plain; its spread is half the range of the same ratio computed repeat by repeat.
+* A/A is the same for the second plain arm against the first: ideally 1.00x with no spread.
+  A floor (say >= 0.97x) is only met where the A/A spread is below 2%; wider, and the machine
+  was too noisy to tell.
 """
 
 from __future__ import annotations
@@ -15,6 +23,8 @@ from typing import Any
 from localspec.bench.runner import PromptRun
 from localspec.types import GenerationStats
 
+TRUSTED_AA_SPREAD = 0.02  # a comparison is trusted where the A/A arm drifts less than this
+
 
 @dataclass
 class Row:
@@ -23,6 +33,9 @@ class Row:
     plain_tps: float
     speculative_tps: float
     speedup: float
+    speedup_spread: float  # half the range of the per-repeat speedups, relative
+    aa: float  # second plain arm / first (ideally 1.0)
+    aa_spread: float
     drafted: int
     accepted: int
     rejected: int
@@ -33,6 +46,21 @@ class Row:
     other_seconds: float
     identical: str  # "yes", "tie" (differs only at numerical ties) or "NO"
 
+    @property
+    def trusted(self) -> bool:
+        """Whether the A/A arm says this machine could see a 2% difference here."""
+        return self.aa_spread < TRUSTED_AA_SPREAD and abs(self.aa - 1) < TRUSTED_AA_SPREAD
+
+
+@dataclass
+class Worst:
+    """The slowest prompt and category: floors are about the worst case, not the average."""
+
+    prompt: str
+    prompt_speedup: float
+    category: str
+    category_speedup: float
+
 
 @dataclass
 class Report:
@@ -40,14 +68,48 @@ class Report:
     categories: list[Row]
     overall: Row
     accepted_length_histogram: list[int] = field(default_factory=list)
+    worst: Worst | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        for key in ("prompts", "categories"):
+            for row, data in zip(getattr(self, key), out[key], strict=True):
+                data["trusted"] = row.trusted
+        out["overall"]["trusted"] = self.overall.trusted
+        return out
 
 
 def _throughput(stats: Sequence[GenerationStats]) -> float:
     seconds = sum(s.generation_seconds for s in stats)
     return sum(s.n_tokens for s in stats) / seconds if seconds > 0 else 0.0
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else 0.0
+
+
+def _spread(values: Sequence[float], center: float) -> float:
+    return (max(values) - min(values)) / 2 / center if len(values) > 1 and center > 0 else 0.0
+
+
+def _paired(runs: Sequence[PromptRun], arm: str, median: bool) -> tuple[float, float]:
+    """(ratio, spread) of `arm` against the plain arm, pairing repeat r with repeat r."""
+    n = min(len(r.plain) for r in runs)
+    per_repeat = []
+    for i in range(n):
+        plain = [r.plain[i] for r in runs]
+        other = [getattr(r, arm)[i] for r in runs if i < len(getattr(r, arm))]
+        if len(other) == len(plain):
+            per_repeat.append(_ratio(_throughput(other), _throughput(plain)))
+    if not per_repeat:
+        return 0.0, 0.0
+    if median:
+        center = statistics.median(per_repeat)
+    else:
+        plain_all = [s for r in runs for s in r.plain]
+        other_all = [s for r in runs for s in getattr(r, arm)]
+        center = _ratio(_throughput(other_all), _throughput(plain_all))
+    return center, _spread(per_repeat, center)
 
 
 def _row(label: str, runs: Sequence[PromptRun], median: bool) -> Row:
@@ -58,6 +120,8 @@ def _row(label: str, runs: Sequence[PromptRun], median: bool) -> Row:
         spec_tps = statistics.median(s.tokens_per_second for s in spec)
     else:
         plain_tps, spec_tps = _throughput(plain), _throughput(spec)
+    speedup, speedup_spread = _paired(runs, "speculative", median)
+    aa, aa_spread = _paired(runs, "plain_again", median) if runs[0].plain_again else (1.0, 0.0)
     drafted = sum(s.drafted for s in spec)
     accepted = sum(s.accepted for s in spec)
     passes = sum(s.target_passes for s in spec)
@@ -66,7 +130,10 @@ def _row(label: str, runs: Sequence[PromptRun], median: bool) -> Row:
         n_runs=len(spec),
         plain_tps=plain_tps,
         speculative_tps=spec_tps,
-        speedup=spec_tps / plain_tps if plain_tps > 0 else 0.0,
+        speedup=speedup,
+        speedup_spread=speedup_spread,
+        aa=aa,
+        aa_spread=aa_spread,
         drafted=drafted,
         accepted=accepted,
         rejected=drafted - accepted,
@@ -84,6 +151,14 @@ def _verdict(runs: Sequence[PromptRun]) -> str:
     return "NO" if "NO" in verdicts else "tie" if "tie" in verdicts else "yes"
 
 
+def _worst(prompts: Sequence[Row], categories: Sequence[Row]) -> Worst | None:
+    if not prompts or not categories:
+        return None
+    p = min(prompts, key=lambda row: row.speedup)
+    c = min(categories, key=lambda row: row.speedup)
+    return Worst(p.label, p.speedup, c.label, c.speedup)
+
+
 def summarize(runs: Sequence[PromptRun]) -> Report:
     prompts = [_row(r.prompt.id, [r], median=True) for r in runs]
     by_category: dict[str, list[PromptRun]] = {}
@@ -97,4 +172,5 @@ def summarize(runs: Sequence[PromptRun]) -> Report:
                 if n >= len(histogram):
                     histogram.extend([0] * (n + 1 - len(histogram)))
                 histogram[n] += count
-    return Report(prompts, categories, _row("all", runs, median=False), histogram)
+    return Report(prompts, categories, _row("all", runs, median=False), histogram,
+                  _worst(prompts, categories))

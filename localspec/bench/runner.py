@@ -1,7 +1,10 @@
-"""Running the two arms of a benchmark: plain decoding and speculation, same prompts and lengths.
+"""Running the arms of a benchmark: plain decoding and speculation, same prompts and lengths.
 
-Order matters on a shared machine: after a warm-up, each prompt runs plain then speculative,
-and the order flips on every repeat, so slow drifts (thermal, other processes) hit both arms.
+Three arms per repeat: plain, speculative, and plain again (the A/A arm: plain against plain on
+the same schedule, which shows how far two identical arms drift apart on this machine; a
+speedup is only trusted to within that spread). Order matters on a shared machine: after a
+warm-up, each prompt runs its arms back to back, rotating their order on every repeat, so slow
+drifts (thermal, other processes) hit every arm alike.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ class PromptRun:
     prompt: Prompt
     plain: list[GenerationStats] = field(default_factory=list)
     speculative: list[GenerationStats] = field(default_factory=list)
+    plain_again: list[GenerationStats] = field(default_factory=list)  # the A/A arm
     identical: bool = True  # speculative tokens == plain tokens in every repeat (greedy)
     # Where they differed, the check of localspec.lossless: "tie" (only the shape of the target
     # passes differs) or "NO" (a real divergence).
@@ -62,9 +66,8 @@ def run_comparison(
     for prompt in prompts:
         run = PromptRun(prompt, prompt_tokens=engine.tokenize(prompt.text))
         for r in range(repeat):
-            arms = [("plain", plain), ("speculative", fixed)]
-            if r % 2:
-                arms.reverse()
+            arms = [("plain", plain), ("speculative", fixed), ("plain_again", plain)]
+            arms = arms[r % 3:] + arms[: r % 3]
             outputs = {}
             for name, arm_params in arms:
                 result = engine.generate(prompt.text, arm_params)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -12,29 +13,41 @@ from localspec.bench.ceiling import Ceiling
 from localspec.bench.report import Report, Row
 from localspec.bench.synthetic_mode import TheoryRow
 
-COLUMNS = ("", "plain tok/s", "spec tok/s", "speedup", "drafted", "accepted", "rejected",
-           "accept %", "tau", "draft s", "verify s", "other s", "same")
+COLUMNS = ("", "plain", "spec", "speedup", "±", "A/A", "accept %", "tau", "d/v/o %", "same")
+CAPTION = (
+    "plain, spec: tokens/s (prefill excluded) | speedup: spec / plain, median of paired repeats "
+    "(groups: total tokens / total time) | ±: half the range over repeats | A/A: plain against "
+    "plain on the same schedule (* spread >= 2%: too noisy to judge a 3% floor) | accept %: "
+    "accepted / drafted | tau: tokens per target pass | d/v/o %: time drafting / verifying / "
+    "other | same: output identical to plain (tie: only at numerical ties)"
+)
+WIDE_SPREAD = 0.05  # a speedup whose repeats disagree by more than this is flagged with "!"
 
 
 def _cells(row: Row) -> list[str]:
+    total = row.draft_seconds + row.verify_seconds + row.other_seconds
+    split = "/".join(f"{100 * t / total:.0f}" for t in
+                     (row.draft_seconds, row.verify_seconds, row.other_seconds)) if total else "-"
+    spread = f"{100 * row.speedup_spread:.0f}%" + ("!" if row.speedup_spread > WIDE_SPREAD else "")
+    aa = f"{row.aa:.2f}" + ("" if row.trusted else "*")
     return [
         row.label, f"{row.plain_tps:.1f}", f"{row.speculative_tps:.1f}", f"{row.speedup:.2f}x",
-        str(row.drafted), str(row.accepted), str(row.rejected), f"{row.acceptance_rate:.0%}",
-        f"{row.mean_accepted_length:.2f}", f"{row.draft_seconds:.2f}", f"{row.verify_seconds:.2f}",
-        f"{row.other_seconds:.2f}", row.identical,
+        spread, aa, f"{row.acceptance_rate:.0%}", f"{row.mean_accepted_length:.2f}", split,
+        row.identical,
     ]
 
 
-def _add_columns(table: Table, columns: Sequence[str]) -> None:
-    """The first column holds the labels: never wrapped, cut with an ellipsis past 32."""
-    table.add_column(columns[0], justify="left", no_wrap=True, max_width=32, overflow="ellipsis")
+def _add_columns(table: Table, columns: Sequence[str], label_width: int = 32) -> None:
+    """The first column holds the labels: never wrapped, cut with an ellipsis past the width."""
+    table.add_column(columns[0], justify="left", no_wrap=True, max_width=label_width,
+                     overflow="ellipsis")
     for name in columns[1:]:
-        table.add_column(name, justify="right")
+        table.add_column(name, justify="right", no_wrap=True)
 
 
 def _table(title: str, rows: Sequence[Row]) -> Table:
-    table = Table(title=title, title_justify="left")
-    _add_columns(table, COLUMNS)
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    _add_columns(table, COLUMNS, label_width=24)
     for row in rows:
         table.add_row(*_cells(row))
     return table
@@ -44,6 +57,11 @@ def print_report(report: Report, console: Console, *, per_prompt: bool) -> None:
     if per_prompt:
         console.print(_table("per prompt (medians over repeats)", report.prompts))
     console.print(_table("per category", report.categories + [report.overall]))
+    if report.worst is not None:
+        w = report.worst
+        console.print(f"worst category: {w.category} {w.category_speedup:.2f}x | worst prompt: "
+                      f"{w.prompt} {w.prompt_speedup:.2f}x")
+    console.print(CAPTION, style="dim")
 
 
 BASELINE_COLUMNS = ("", "lcp plain tok/s", "lcp lookup tok/s", "lookup accept %",
@@ -107,7 +125,15 @@ def print_ceiling(ceiling: Ceiling, console: Console) -> None:
         title_justify="left", caption_justify="left",
     )
     _add_columns(table, ("", "speedup", "ceiling", "of ceiling"))
+    above = False
     for row in ceiling.rows:
-        table.add_row(row.label, f"{row.speedup:.2f}x", f"{row.ceiling:.2f}x",
+        mark = "*" if row.speedup > row.ceiling else ""
+        above = above or bool(mark)
+        table.add_row(row.label, f"{row.speedup:.2f}x", f"{row.ceiling:.2f}x{mark}",
                       f"{row.of_ceiling:.0%}")
     console.print(table)
+    if above:
+        console.print("* measured above the ceiling: the ceiling prices every pass at this run's "
+                      "median pass costs, so a run whose passes were faster than those medians "
+                      "(noise, another load ending) can beat it; compare the A/A column.",
+                      style="dim")

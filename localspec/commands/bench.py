@@ -33,6 +33,7 @@ from localspec.commands.common import add_model_arguments, choose_models, draft_
 from localspec.convert import AUTO_DRAFT_MAX
 from localspec.engine import Engine
 from localspec.errors import InvalidParameterError
+from localspec.learned import LearnedKey, learned_path, load_learned
 from localspec.prompts import Prompt, load_prompts
 from localspec.types import DraftMax, GenerationParams
 
@@ -48,14 +49,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "length (end-of-generation ignored) in one process, and reports the ratios.",
     )
     add_model_arguments(parser, pair_option=True)
-    parser.add_argument("--prompts", help="JSONL prompt file (default: the built-in set)")
+    parser.add_argument("--prompts", help="JSONL prompt file, or the name of a built-in set: "
+                        "'builtin' (default) or 'adversarial' (little to copy from)")
     parser.add_argument("--categories", help="comma-separated categories to run")
     parser.add_argument("--limit", type=int, default=None, help="prompts per category")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--draft-max", type=draft_max_arg, default=None,
                         help=f"K or auto (default: auto; {SYNTHETIC_DRAFT_MAX} with --synthetic)")
-    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="interleaved repeats of every arm per prompt (default %(default)s)")
+    parser.add_argument("--saved-stats", action="store_true",
+                        help="start the controller from the statistics `localspec run` saved for "
+                        "this pair (default: from nothing, so runs do not depend on history)")
     parser.add_argument("--per-prompt", action="store_true", help="also print one row per prompt")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--plot", help="write a PNG (speedup per category, accepted lengths)")
@@ -186,14 +192,19 @@ def run(args: argparse.Namespace) -> int:
                 heads = _heads(engine)
             outcome = _outcome(args, str(target), measured, params)
         header: dict[str, Any] = {"target": "synthetic", "drafter": "synthetic",
-                                  "synthetic": asdict(spec)}
+                                  "synthetic": asdict(spec), "saved_stats_used": False}
     else:
         choice = choose_models(args)
         with load_engine(args, choice) as engine:
+            saved = load_learned(learned_path(LearnedKey.of(engine.options))) \
+                if args.saved_stats else None
+            if saved is not None:
+                engine.restore_learned(saved)
             measured = _measure(engine, prompts, params, args, choice.drafter)
             heads = _heads(engine)
         outcome = _outcome(args, choice.target, measured, params)
-        header = {"target": choice.target, "drafter": choice.drafter}
+        header = {"target": choice.target, "drafter": choice.drafter,
+                  "saved_stats_used": saved is not None}
     header.update(heads)
     header.update(max_tokens=args.max_tokens,
                   temperature=args.temperature, draft_max=draft_max, repeat=args.repeat)
@@ -221,17 +232,19 @@ def _show(args: argparse.Namespace, header: dict[str, Any], outcome: Outcome) ->
             out["ngram_ceiling"] = outcome.ceiling.to_dict()
         print(json.dumps(out))
         return
-    console = Console(width=max(Console().width, 140))
+    console = Console(width=100)  # the main table fits in 100 columns
+    wide = Console(width=max(Console().width, 140))
     console.print(f"target {header['target']} | drafter {header['drafter']} | "
                   f"target head {header['verify_head']}"
                   + (f" | draft head {header['draft_head']}" if header["draft_head"] else "")
                   + f" | {header['max_tokens']} tokens | "
                   f"temperature {header['temperature']} | draft {header['draft_max']} | "
-                  f"{header['repeat']} repeat(s)")
+                  f"{header['repeat']} repeat(s) | saved stats "
+                  f"{'used' if header['saved_stats_used'] else 'not used'}")
     print_report(outcome.report, console, per_prompt=args.per_prompt)
     if outcome.theory is not None:
-        print_theory(outcome.theory, console)
+        print_theory(outcome.theory, wide)
     if outcome.ceiling is not None:
-        print_ceiling(outcome.ceiling, console)
+        print_ceiling(outcome.ceiling, wide)
     if outcome.baseline is not None:
-        print_baseline(outcome.baseline, console, drafter=header["drafter"])
+        print_baseline(outcome.baseline, wide, drafter=header["drafter"])
