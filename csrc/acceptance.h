@@ -1,4 +1,5 @@
-// Lossless acceptance (DESIGN.md §3): pure functions of the drafts and the distributions.
+// Lossless acceptance (docs/design.md, "Lossless acceptance"): pure functions of the drafts
+// and the distributions.
 //
 // Given drafts d_1..d_k and target rows p_1..p_{k+1} (p_i is the target's distribution for the
 // position of d_i; p_{k+1} follows d_k), each function returns n accepted drafts and one more

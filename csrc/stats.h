@@ -1,4 +1,4 @@
-// Per-generation statistics, named as in DESIGN.md §2 and §7.
+// Per-generation statistics, named as in docs/design.md, "The speculative step" and "Benchmarks".
 #pragma once
 
 #include <vector>

@@ -1,4 +1,4 @@
-"""Checking the lossless promise on greedy outputs (DESIGN.md §3).
+"""Checking the lossless promise on greedy outputs (docs/design.md, "Lossless acceptance").
 
 A speculative greedy output must equal the target's own greedy output. llama.cpp computes a
 position's logits slightly differently in a single-token pass (plain decoding) and as a row of

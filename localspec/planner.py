@@ -1,4 +1,5 @@
-"""One memory budget for two models (DESIGN §5): where the draft and target layers go.
+"""One memory budget for two models (docs/design.md, "Memory plan"): where the draft and target
+layers go.
 
 ``plan_pair`` is pure: two ``ModelMemory`` (from the GGUF headers), contexts, KV cache type and
 a ``Device`` in, a ``Plan`` out. The draft goes on the device first and whole (it runs k times

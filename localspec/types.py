@@ -1,9 +1,10 @@
 """Public value types of the Python API: parameters in, chunks and results out.
 
-Vocabulary (DESIGN.md §2): a *drafted* token was proposed by the drafter; an *accepted* one
-passed verification; a *rejected* one did not. Every emitted token is either an accepted draft
-token (provenance ``"draft"``) or a token the target produced itself: a *correction* after a
-rejection or a *bonus* after a fully accepted draft (provenance ``"target"``).
+Vocabulary (docs/design.md, "The speculative step"): a *drafted* token was proposed by the
+drafter; an *accepted* one passed verification; a *rejected* one did not. Every emitted token is
+either an accepted draft token (provenance ``"draft"``) or a token the target produced itself: a
+*correction* after a rejection or a *bonus* after a fully accepted draft (provenance
+``"target"``).
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ class GenerationParams:
 
 @dataclass
 class GenerationStats:
-    """Statistics of one generation (definitions in DESIGN.md §2 and §7)."""
+    """Statistics of one generation (definitions: docs/design.md, "The speculative step" and
+    "Benchmarks")."""
 
     prompt_tokens: int = 0
     n_tokens: int = 0  # emitted (generated) tokens

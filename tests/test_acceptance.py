@@ -1,4 +1,5 @@
-"""The acceptance rule as a pure function, on hand-made distributions (DESIGN.md §3)."""
+"""The acceptance rule as a pure function, on hand-made distributions (docs/design.md, "Lossless
+acceptance")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The pair memory planner (DESIGN §5): pure-function cases with made-up device sizes."""
+"""The pair memory planner (docs/design.md, "Memory plan"): pure-function cases with made-up device
+sizes."""
 
 from __future__ import annotations
 

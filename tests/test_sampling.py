@@ -1,4 +1,5 @@
-"""Speculative sampling on real models is distributed exactly as the target (DESIGN.md §3).
+"""Speculative sampling on real models is distributed exactly as the target (docs/design.md,
+"Lossless acceptance").
 
 The exact next-token distribution comes from the target's own logits, warped with the same
 parameters; generations over many seeds must fit it (chi-square). The same test, fed samples

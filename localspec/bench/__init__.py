@@ -1,1 +1,2 @@
-"""Benchmarks: plain vs speculative decoding on the same prompts, in one process (DESIGN §7)."""
+"""Benchmarks: plain vs speculative decoding on the same prompts, in one process (docs/design.md,
+"Benchmarks")."""

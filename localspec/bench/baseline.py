@@ -1,7 +1,8 @@
 """`localspec bench --baseline llama-cpp-python`: what users would pick instead, same prompts.
 
 llama-cpp-python runs in a child process (``localspec.bench.llamacpp_baseline``) because it
-loads its own libllama, which must not share a process with ``localspec._core`` (DESIGN §1).
+loads its own libllama, which must not share a process with ``localspec._core`` (docs/design.md,
+"Architecture").
 The child gets the prompts as localspec's own token ids, so both see identical prompts.
 """
 

@@ -2,7 +2,7 @@
 
 Runs as its own process (``python -m localspec.bench.llamacpp_baseline``): ``import llama_cpp``
 must never share a process with ``localspec._core``, or two copies of libllama are mapped
-(DESIGN §1). Reads one JSON job on stdin and writes one JSON object on stdout:
+(docs/design.md, "Architecture"). Reads one JSON job on stdin and writes one JSON object on stdout:
 
     job:    {"model": PATH, "n_ctx": N, "n_threads": N, "n_gpu_layers": N, "max_tokens": N,
              "repeat": N, "num_pred_tokens": N | null, "max_ngram_size": N,
@@ -100,7 +100,8 @@ def _run_arm(llm: Any, lookup: _CountingLookup | None, prompt: dict[str, Any],
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """Load both arms, warm them up, and run every prompt plain then with prompt lookup
     (the order flips on every repeat, as in localspec's own runner)."""
-    if "localspec._core" in sys.modules:  # DESIGN §1: never two libllama copies in a process
+    # docs/design.md, "Architecture": never two libllama copies in a process
+    if "localspec._core" in sys.modules:
         raise RuntimeError("the baseline must run in a process without localspec._core")
     import llama_cpp
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding

@@ -101,7 +101,7 @@ THEORY_COLUMNS = ("", "k", "a (per token)", "accept %", "tau", "E", "c", "v(k+1)
 
 
 def print_theory(rows: Sequence[TheoryRow], console: Console) -> None:
-    """Measured speedup next to S = E / (k*c + v(k+1)) (DESIGN §4)."""
+    """Measured speedup next to S = E / (k*c + v(k+1)) (docs/design.md, "The controller")."""
     table = Table(title="synthetic pair: speed limit S = E / (k*c + v(k+1)), "
                   "E = (1 - a^(k+1)) / (1 - a)", title_justify="left")
     _add_columns(table, THEORY_COLUMNS)

@@ -1,4 +1,5 @@
-"""The speculative-decoding speed limit (DESIGN §4) and its inputs, measured from a benchmark.
+"""The speculative-decoding speed limit (docs/design.md, "The controller") and its inputs, measured
+from a benchmark.
 
 With a per-token acceptance probability a (each drafted token is accepted independently with
 probability a, until the first rejection) and k drafted tokens per step, one target pass emits

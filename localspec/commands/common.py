@@ -1,8 +1,8 @@
 """Arguments and model loading shared by the commands that run a model (run, serve, chat).
 
-``load_engine`` plans the memory first (DESIGN §5): a pair that does not fit is refused with
-the planner's reason before anything is loaded, and the plan's ``n_gpu_layers`` are used
-unless ``--n-gpu-layers`` is given.
+``load_engine`` plans the memory first (docs/design.md, "Memory plan"): a pair that does not
+fit is refused with the planner's reason before anything is loaded, and the plan's
+``n_gpu_layers`` are used unless ``--n-gpu-layers`` is given.
 """
 
 from __future__ import annotations

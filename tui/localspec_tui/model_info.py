@@ -23,7 +23,7 @@ def pair_label(info: EngineInfo) -> str:
 
 
 def memory_summary(info: EngineInfo) -> str:
-    """One line from the memory planner (DESIGN §5), e.g. ``mem CPU 312.4 MiB``.
+    """One line from the memory planner (docs/design.md, "Memory plan"), e.g. ``mem CPU 312.4 MiB``.
 
     Falls back to the files' sizes when the planner cannot read the models.
     """
