@@ -3,8 +3,8 @@
 Durations come from a *step clock*. The real one reads the engine's own timing
 (``GenerationStats.generation_seconds``, which excludes prompt processing, docs/design.md,
 "Benchmarks"). Tests and screenshots use :class:`PassCostClock`, a fixed cost per target
-verification pass: the numbers it gives still follow the real speculation (more tokens per
-pass -> more tokens/s), only the wall-clock noise is gone. The status bar marks such numbers as modelled.
+verification pass: the numbers it gives still follow the real speculation (more tokens per pass ->
+more tokens/s), only the wall-clock noise is gone. The status bar marks such numbers as modelled.
 """
 
 from __future__ import annotations
