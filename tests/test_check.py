@@ -53,6 +53,7 @@ def test_json_fields(tiny_model_path: Path, tiny_draft_path: Path) -> None:
     assert [c["label"] for c in m["categories"]] == ["qa", "code"]
     assert data["memory"].startswith("CPU RAM: ") or data["memory"].startswith("GPU ")
     assert data["verify_head"] == data["draft_head"] == "llama.cpp"  # tiny models: F32 heads
+    assert data["saved_stats_used"] is False  # check starts the controller from nothing
 
 
 def test_llama_head_flag_picks_the_target_head(q8_head_model: Path) -> None:

@@ -27,6 +27,7 @@ from localspec.commands.common import (
     plan_summary,
 )
 from localspec.errors import InvalidParameterError, VocabMismatchError
+from localspec.learned import LearnedKey, learned_path, load_learned
 from localspec.loading import check_model_path, draft_model_path
 from localspec.prompts import load_prompts
 from localspec.types import GenerationParams
@@ -57,6 +58,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--draft-max", type=draft_max_arg, default="auto",
                         help="longest draft per step, or auto (default)")
     parser.add_argument("--vocab-only", action="store_true", help="skip the measurement")
+    parser.add_argument("--saved-stats", action="store_true",
+                        help="start the controller from the statistics `localspec run` saved for "
+                        "this pair (default: from nothing)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
@@ -118,7 +122,7 @@ def render_measurement(report: Report, n_prompts: int, params: GenerationParams)
 
 
 def _measure(args: argparse.Namespace, choice: ModelChoice,
-             params: GenerationParams) -> tuple[Report, int, str, dict[str, str]]:
+             params: GenerationParams) -> tuple[Report, int, str, dict[str, Any]]:
     categories = args.categories.split(",") if args.categories else None
     prompts = load_prompts(args.prompts, categories=categories, limit_per_category=args.limit)
     plan = plan_choice(args, choice)
@@ -128,8 +132,13 @@ def _measure(args: argparse.Namespace, choice: ModelChoice,
             end = "\n" if done == total else ""
             print(f"\rmeasuring: {done}/{total} prompts", end=end, file=sys.stderr, flush=True)
     with load_engine(args, choice, plan=plan) as engine:
+        saved = (load_learned(learned_path(LearnedKey.of(engine.options)))
+                 if args.saved_stats else None)
+        if saved is not None:
+            engine.restore_learned(saved)
         runs = run_comparison(engine, prompts, params, progress=progress)
-        heads = {"verify_head": engine.info.verify_head, "draft_head": engine.info.draft_head}
+        heads = {"verify_head": engine.info.verify_head, "draft_head": engine.info.draft_head,
+                 "saved_stats_used": saved is not None}
     return summarize(runs), len(prompts), plan_summary(plan), heads
 
 
@@ -182,5 +191,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"Memory: {memory}")
         draft = f" | draft head: {heads['draft_head']}" if heads["draft_head"] else ""
         print(f"Target head: {heads['verify_head']}{draft}")
+        print("Controller: " + ("started from the statistics saved by earlier runs"
+                                if heads["saved_stats_used"] else
+                                "started from nothing (no saved statistics used)"))
         print(render_measurement(report, n_prompts, params))
     return 1 if row.identical == "NO" else 0
