@@ -290,7 +290,9 @@ PYBIND11_MODULE(_core, m) {
         .def("observe", &DraftController::observe, py::arg("k"), py::arg("n_accepted"),
              py::arg("draft_seconds"), py::arg("verify_seconds"), py::arg("kind") = 0)
         .def("seed_verify_seconds", &DraftController::seed_verify_seconds, py::arg("rows"), py::arg("seconds"))
-        .def("acceptance", &DraftController::acceptance, py::arg("kind") = 0, py::arg("position") = 0)
+        .def("observe_acceptance", &DraftController::observe_acceptance, py::arg("k"), py::arg("n_accepted"),
+             py::arg("kind") = 0)
+        .def("acceptance", &DraftController::acceptance, py::arg("kind") = 0, py::arg("position") = -1)
         .def("pessimistic_acceptance", &DraftController::pessimistic_acceptance, py::arg("kind") = 0,
              py::arg("position") = 0)
         .def("verify_seconds", &DraftController::verify_seconds)

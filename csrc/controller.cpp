@@ -13,12 +13,10 @@ constexpr double kMemoryTrials = 24.0;  // what a new request inherits: at most 
 constexpr double kShrink = 2.0;         // pseudo-steps pulling a position towards the kind's mean
 constexpr double kZ = 0.5;              // confidence bounds: mean -/+ kZ standard deviations
 constexpr double kFastWeight = 0.5;     // the fast estimate: half its value is the last step
-constexpr double kFastFloor = 0.25;     // ... and it cuts acceptance once below this share of the mean
+constexpr double kFastFloor = 0.5;      // ... and it cuts acceptance once below this share of the mean
 constexpr double kBudget = 0.02;        // credit earned per emitted token, in plain passes
 constexpr double kExploitAllowance = 0.5;  // plain passes exploiting may lose beyond the credit
 constexpr double kCreditCap = 4.0;      // plain passes of credit a request may bank
-constexpr double kExploreCap = 1.0;     // ... of which exploring may spend at most one
-constexpr int kProbeMax = 2;            // exploring drafts at most this many tokens
 constexpr double kCostSmoothing = 0.2;  // EMA weight of a new cost sample
 
 double ema(double old, double sample) { return old == 0 ? sample : old + kCostSmoothing * (sample - old); }
@@ -61,7 +59,7 @@ void DraftController::begin_request() {
             for (double& x : trials) x *= scale;
             for (double& x : hits) x *= scale;
         }
-        fast_[kind] = pooled_acceptance(mem_, kind);
+        fast_[kind] = acceptance(static_cast<int>(kind), 0);
     }
 }
 
@@ -107,13 +105,13 @@ double DraftController::bounded_acceptance(int kind, int position, double z) con
     return std::clamp(a + z * std::sqrt(pooled * (1.0 - pooled) / n), 0.0, 1.0);
 }
 
-// The fast estimate (the share of its drafted tokens each recent step accepted, halving the
-// past at every step) relative to a quarter of the slow mean, at most 1: ordinary luck leaves
-// it at 1, while a kind that stops being right is cut to about half after three steps that
-// accepted nothing and to a quarter after four, however long its good record.
+// The fast estimate (how often recent steps of the kind accepted their first drafted token,
+// halving the past at every step) relative to a quarter of the slow estimate of that chance, at
+// most 1: ordinary luck leaves it at 1, while a kind that stops being right is cut to about half
+// after three steps that accepted nothing and to a quarter after four, however long its record.
 double DraftController::fast_ratio(int kind) const {
     const size_t k = kind_index(kind);
-    return std::min(1.0, fast_[k] / (kFastFloor * pooled_acceptance(mem_, k)));
+    return std::min(1.0, fast_[k] / (kFastFloor * acceptance(kind, 0)));
 }
 
 double DraftController::pessimistic_acceptance(int kind, int position) const {
@@ -153,9 +151,13 @@ double DraftController::expected_rate(int k, int kind, Estimate estimate) const 
 }
 
 // A step whose drafts are all rejected emits one token (the correction) and costs the drafts
-// and a (k + 1)-row pass; plain decoding would have emitted that token for one row.
+// and a (k + 1)-row pass; plain decoding would have emitted that token for one row. A pass size
+// not measured yet is priced as k + 1 separate passes (it never costs more in practice).
 double DraftController::worst_loss(int k, int kind) const {
-    return k * draft_seconds_per_token(kind) + verify_seconds(k + 1) - verify_seconds(1);
+    const size_t rows = static_cast<size_t>(k) + 1;
+    const bool measured = rows < mem_.verify.size() && mem_.verify[rows] > 0;
+    const double pass = measured ? mem_.verify[rows] : (k + 1) * verify_seconds(1);
+    return k * draft_seconds_per_token(kind) + pass - verify_seconds(1);
 }
 
 int DraftController::choose(int kind, int limit) {
@@ -163,15 +165,18 @@ int DraftController::choose(int kind, int limit) {
     limit = std::clamp(limit, 0, k_max_);
     if (limit == 0) return 0;
     if (mem_.verify[1] == 0) return 0;  // measure a plain pass first: the baseline everything is compared to
-    // Exploit: the k whose pessimistic rate is best, if it beats plain decoding and the request
-    // can afford to lose it. Every k is judged with its own V(k + 1): on CPUs batch costs are
+    // Exploit: among the k whose pessimistic rate beats plain decoding and whose risk the request
+    // can afford, the one with the best expected (mean) rate. Every k is judged with its own V(k + 1): on CPUs batch costs are
     // far from linear (4 or 8 rows can cost less than 3 or 7).
     const double plain = expected_rate(0, kind);
     int best = 0;
     double best_rate = plain;
+    // The worst case (all rejected) has at most the pessimistic chance 1 - a_1 of happening.
+    const double miss = 1.0 - pessimistic_acceptance(kind, 0);
     for (int k = 1; k <= limit; ++k) {
-        if (worst_loss(k, kind) > credit_ + kExploitAllowance * verify_seconds(1)) continue;
-        const double rate = expected_rate(k, kind, Estimate::Pessimistic);
+        if (miss * worst_loss(k, kind) > std::max(credit_, 0.0) + kExploitAllowance * verify_seconds(1)) continue;
+        if (expected_rate(k, kind, Estimate::Pessimistic) <= plain) continue;
+        const double rate = expected_rate(k, kind);
         if (rate > best_rate) {
             best = k;
             best_rate = rate;
@@ -194,13 +199,13 @@ int DraftController::choose(int kind, int limit) {
     return 0;
 }
 
-// A short draft that the optimistic estimate says could win, paid in full from the exploration
+// A draft that the optimistic estimate says could win, paid in full from the exploration
 // budget (never from what exploiting has won: that belongs to the user).
 int DraftController::explore(int kind, int limit) const {
     const double plain = expected_rate(0, kind);
     int best = 0;
     double best_rate = plain;
-    for (int k = 1; k <= std::min(limit, kProbeMax); ++k) {
+    for (int k = 1; k <= limit; ++k) {
         if (worst_loss(k, kind) > std::min(credit_, explore_credit_)) continue;
         const double rate = expected_rate(k, kind, Estimate::Optimistic);
         if (rate > best_rate) {
@@ -216,11 +221,24 @@ void DraftController::observe(int k, int n_accepted, double draft_seconds, doubl
     if (rows < mem_.verify.size()) mem_.verify[rows] = ema(mem_.verify[rows], verify_seconds_);
     const double plain = verify_seconds(1);
     const double budget = kBudget * (n_accepted + 1) * plain;  // earned by every emitted token
-    explore_credit_ = std::min(explore_credit_ + budget, kExploreCap * plain);
+    explore_credit_ = std::min(explore_credit_ + budget, kCreditCap * plain);
     if (k <= 0) {
         credit_ = std::min(credit_ + budget, kCreditCap * plain);
         return;
     }
+    observe_acceptance(k, n_accepted, kind);
+    const size_t i = kind_index(kind);
+    mem_.draft_cost[i] = ema(mem_.draft_cost[i], draft_seconds / k);
+    // What this step won or lost against plain decoding of the same tokens.
+    const double won = (n_accepted + 1) * plain - (draft_seconds + verify_seconds_);
+    credit_ = std::min(credit_ + won + budget, kCreditCap * plain);
+    if (last_ == Choice::Explore) explore_credit_ = std::min(explore_credit_ + won, kCreditCap * plain);
+    if (last_ == Choice::Exploit) ++exploit_steps_;
+    if (last_ == Choice::Explore) ++explore_steps_;
+}
+
+void DraftController::observe_acceptance(int k, int n_accepted, int kind) {
+    if (k <= 0) return;
     const size_t i = kind_index(kind);
     auto& trials = mem_.trials[i];
     auto& hits = mem_.hits[i];
@@ -232,14 +250,7 @@ void DraftController::observe(int k, int n_accepted, double draft_seconds, doubl
         trials[static_cast<size_t>(p)] += 1;
         if (p < n_accepted) hits[static_cast<size_t>(p)] += 1;
     }
-    fast_[i] += kFastWeight * (static_cast<double>(n_accepted) / k - fast_[i]);
-    mem_.draft_cost[i] = ema(mem_.draft_cost[i], draft_seconds / k);
-    // What this step won or lost against plain decoding of the same tokens.
-    const double won = (n_accepted + 1) * plain - (draft_seconds + verify_seconds_);
-    credit_ = std::min(credit_ + won + budget, kCreditCap * plain);
-    if (last_ == Choice::Explore) explore_credit_ = std::min(explore_credit_ + won, kExploreCap * plain);
-    if (last_ == Choice::Exploit) ++exploit_steps_;
-    if (last_ == Choice::Explore) ++explore_steps_;
+    fast_[i] += kFastWeight * ((n_accepted > 0 ? 1.0 : 0.0) - fast_[i]);
 }
 
 }  // namespace localspec

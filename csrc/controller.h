@@ -12,15 +12,19 @@
 // The worst case is bounded by design. Drafting must earn its place:
 //   * exploit: draft only where a PESSIMISTIC estimate of acceptance (a lower confidence bound,
 //     further cut by a fast-moving estimate so that a kind that stops being right is dropped
-//     within two steps) still beats plain decoding;
-//   * explore: otherwise try a short draft only when an optimistic estimate could win AND the
-//     request's credit pays for the draft's worst case (every token rejected);
+//     within a few steps) still beats plain decoding, and what the draft risks (its worst
+//     case times the pessimistic chance of it) fits the credit;
+//   * explore: otherwise draft only when an optimistic estimate could win AND the exploration
+//     budget pays for the draft's worst case (every token rejected) in full;
+//   * evidence is also free: a deterministic proposal that was not verified is checked against
+//     what the target produced after it (observe_acceptance);
 //   * credit: each request starts with none, earns kBudget (2%) of a plain pass per emitted
 //     token, gains or loses what each drafting step actually won or lost against plain
 //     decoding, and is capped. Exploiting may go kExploitAllowance below zero; exploring may
 //     spend only the budget (and what probes themselves won), never what exploiting won.
-// So a request's generation time is at most (1 + kBudget) times plain decoding's, plus
-// kExploitAllowance plain passes, plus timing noise.
+// So exploring costs a request at most kBudget of its plain time, and exploiting at most
+// kExploitAllowance plain passes beyond what it won, in expectation under the pessimistic
+// estimate (docs/design.md, "The controller").
 #pragma once
 
 #include <vector>
@@ -55,11 +59,16 @@ public:
     // What the step did: drafted k tokens (k may be below the choice when the drafter had
     // fewer to offer), accepted n of them, and how long drafting and verification took.
     void observe(int k, int n_accepted, double draft_seconds, double verify_seconds, int kind = 0);
+    // Acceptance evidence without a pass: a proposal of k tokens that was not verified, of which
+    // the first n turned out to be what the target produced (a deterministic draft, checked
+    // against the tokens emitted after it). Updates acceptance only, not costs or credit.
+    void observe_acceptance(int k, int n_accepted, int kind = 0);
     // Seeds V(rows) from a calibration pass (engine start-up), before any step has measured it.
     void seed_verify_seconds(int rows, double seconds);
 
-    // Estimates. position is 0-based (0: the first drafted token).
-    double acceptance(int kind = 0, int position = 0) const;              // mean estimate
+    // Estimates. position is 0-based (0: the first drafted token); acceptance at position -1 is
+    // the kind's pooled acceptance over all positions.
+    double acceptance(int kind = 0, int position = -1) const;             // mean estimate
     double pessimistic_acceptance(int kind = 0, int position = 0) const;  // what exploiting uses
     double verify_seconds(int rows) const;                                // V(rows)
     double draft_seconds_per_token(int kind = 0) const;

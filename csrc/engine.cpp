@@ -85,7 +85,9 @@ Draft SpecEngine::draft_tokens(const std::vector<Token>& history, int k_cap, boo
     if (!adaptive) return drafter_->draft(history, k_cap, params, rng);
     Draft draft = drafter_->lookup_draft(history, k_cap);
     if (!draft.tokens.empty()) {
-        draft.tokens.resize(static_cast<size_t>(controller_.choose(draft.kind, static_cast<int>(draft.tokens.size()))));
+        const int k = controller_.choose(draft.kind, static_cast<int>(draft.tokens.size()));
+        if (k == 0 && unverified_.tokens.empty()) unverified_ = {history.size(), draft.tokens, draft.kind};
+        draft.tokens.resize(static_cast<size_t>(k));
         return draft;
     }
     if (!drafter_->has_model()) return draft;
@@ -182,6 +184,7 @@ GenerateResult SpecEngine::generate(const GenerateRequest& request, const ChunkC
     result.finish_reason = "length";
     const int n_ctx = target_.n_ctx();
     if (request.adaptive) controller_.begin_request();
+    unverified_.tokens.clear();
     while (stats.n_tokens < request.max_tokens) {
         if (static_cast<int>(history.size()) >= n_ctx) break;  // context full
         // The longest draft: draft_max, bounded by the room left in the context and by the
@@ -193,6 +196,7 @@ GenerateResult SpecEngine::generate(const GenerateRequest& request, const ChunkC
         result.pass_emitted.push_back(static_cast<int>(step.tokens.size()));
         const int n_accepted = static_cast<int>(step.tokens.size()) - 1;  // + 1 target token
         controller_.observe(step.drafted, n_accepted, step.draft_seconds, step.verify_seconds, step.kind);
+        resolve_unverified(history);
 
         // Cut at end-of-generation (not emitted) and at max_tokens.
         bool finished = false;
@@ -236,6 +240,22 @@ GenerateResult SpecEngine::generate(const GenerateRequest& request, const ChunkC
     }
     stats.generation_seconds = seconds_since(gen_start);
     return result;
+}
+
+// A declined lookup proposal would have had its first n tokens accepted iff the target emitted
+// exactly those n tokens at its positions: at temperature 0 the target's argmax, at T > 0 its
+// position-coupled sample (the same uniform for a position whether drafted or not). So once the
+// history reaches a mismatch, or covers the whole proposal, the controller learns as if it had
+// drafted it, at no cost.
+void SpecEngine::resolve_unverified(const std::vector<Token>& history) {
+    const auto& d = unverified_.tokens;
+    if (d.empty()) return;
+    size_t n = 0;
+    while (n < d.size() && unverified_.start + n < history.size() && history[unverified_.start + n] == d[n]) ++n;
+    const bool decided = n == d.size() || unverified_.start + n < history.size();
+    if (!decided) return;
+    controller_.observe_acceptance(static_cast<int>(d.size()), static_cast<int>(n), unverified_.kind);
+    unverified_.tokens.clear();
 }
 
 // Once per engine (unless restored memory already has them): time a pass over every row count

@@ -114,11 +114,19 @@ private:
                        const SamplingParams& params, Rng& rng);
     void check_request(const GenerateRequest& request) const;
     void calibrate(const std::vector<Token>& prompt);
+    void resolve_unverified(const std::vector<Token>& history);
 
     std::shared_ptr<Model> target_model_;
     Context target_;
     std::unique_ptr<Drafter> drafter_;
     DraftController controller_;  // survives generations: costs are learned once
+    // A lookup proposal the controller declined: checked against the tokens the target emits
+    // at its positions, it is free evidence of the kind's acceptance (resolve_unverified).
+    struct Unverified {
+        size_t start = 0;  // history index of its first token
+        std::vector<Token> tokens;
+        int kind = 0;
+    } unverified_;
 };
 
 }  // namespace localspec

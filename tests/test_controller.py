@@ -35,6 +35,15 @@ def simulate(
     return chosen
 
 
+def calibrated(k_max: int, verify) -> _core.DraftController:
+    """A controller that knows every pass size's cost, as the engine's start-up timing gives it
+    (SpecEngine::calibrate); acceptance it still has to learn."""
+    controller = _core.DraftController(k_max)
+    for rows in range(1, k_max + 2):
+        controller.seed_verify_seconds(rows, verify(rows))
+    return controller
+
+
 def optimum(accept: float, draft_cost: float, verify, k_max: int) -> int:
     def rate(k: int) -> float:
         return (1 - accept ** (k + 1)) / (1 - accept) / (k * draft_cost + verify(k + 1))
@@ -59,7 +68,7 @@ def test_starts_with_a_plain_pass_to_measure_the_baseline() -> None:
 @pytest.mark.parametrize("verify", [cpu_like, gpu_like])
 @pytest.mark.parametrize("accept", [0.5, 0.8, 0.95])
 def test_converges_to_the_best_draft_length(verify, accept: float) -> None:
-    controller = _core.DraftController(12)
+    controller = calibrated(12, verify)
     chosen = simulate(controller, accept, draft_cost=0.0005, verify=verify, steps=400)
     best = optimum(accept, 0.0005, verify, 12)
     settled = chosen[-100:]
@@ -110,7 +119,7 @@ def repacked_cpu(rows: int) -> float:
 
 
 def test_finds_cheap_batch_sizes_in_a_non_linear_cost_curve() -> None:
-    controller = _core.DraftController(15)
+    controller = calibrated(15, repacked_cpu)
     chosen = simulate(controller, accept=0.9, draft_cost=0.0002, verify=repacked_cpu, steps=600)
     best = optimum(0.9, 0.0002, repacked_cpu, 15)
     assert (best + 1) % 4 == 0

@@ -80,3 +80,14 @@ def test_run_starts_from_the_statistics_of_earlier_runs(tmp_path: Path,
     assert second["tokens"] == first["tokens"]  # lossless either way
     reset = run_json(tmp_path, tiny_model_path, "--reset-stats")
     assert reset["saved_stats_used"] is False
+
+
+def test_declined_lookups_are_checked_for_free(tiny_model_path: Path) -> None:
+    """A fresh controller has no evidence, so it declines the n-gram proposals of a short
+    request; each declined proposal is still compared with what the target then produced, and
+    that is acceptance evidence gathered without a single drafted token."""
+    with Engine.load(tiny_model_path, draft="ngram", n_ctx=512, n_threads=1) as engine:
+        result = engine.generate(REPETITIVE, max_tokens=48, temperature=0, ignore_eos=True)
+        memory = engine.learned()
+    # Drafting alone adds at most one trial per drafted token (and decay only shrinks them).
+    assert sum(sum(row) for row in memory.trials[1:]) > result.stats.drafted + 1
