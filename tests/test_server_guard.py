@@ -66,10 +66,11 @@ def test_dns_rebinding_host_is_refused(server: BackgroundServer, engine: Engine)
     rebound = httpx.post(url, json=completion(engine), headers={"Host": f"evil.test:{server.port}"})
     error = assert_error(rebound, 403, code="forbidden_host")
     assert "--allowed-host evil.test" in error["message"]
-    assert httpx.get(f"{server.base_url}/v1/models", headers={"Host": "evil.test"}).status_code == 403
+    models = f"{server.base_url}/v1/models"
+    assert httpx.get(models, headers={"Host": "evil.test"}).status_code == 403
     for name in ("localhost", "127.0.0.1", "127.9.8.7", "[::1]", "chat.localhost", "LOCALHOST."):
         host = {"Host": f"{name}:{server.port}"}
-        assert httpx.get(f"{server.base_url}/v1/models", headers=host).status_code == 200, name
+        assert httpx.get(models, headers=host).status_code == 200, name
     assert rejected(server)["bad_host"] == before + 2
 
 

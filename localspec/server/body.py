@@ -7,7 +7,6 @@ and runs on a worker thread with the rest of a request's preparation.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import anyio
@@ -16,7 +15,6 @@ from starlette.requests import Request
 from localspec.server.errors import ApiError
 
 MAX_JSON_DEPTH = 32  # a real request nests 5 levels (messages, message, content, part)
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 async def read_body(request: Request, timeout: float) -> bytes:
@@ -69,9 +67,9 @@ def check_text(data: object) -> None:
 
 
 def _check_string(text: str, path: str) -> None:
-    found = _SURROGATE.search(text)
-    if found is not None:
-        code = found.group().encode("unicode_escape").decode("ascii")
+    surrogate = _first_surrogate(text)
+    if surrogate is not None:
+        code = surrogate.encode("unicode_escape").decode("ascii")
         raise ApiError(
             400,
             f"Invalid value for '{path}': it holds a lone surrogate ({code}), which is not valid "
@@ -80,8 +78,20 @@ def _check_string(text: str, path: str) -> None:
         )
 
 
+def _first_surrogate(text: str) -> str | None:
+    """Fast for long prompts: ASCII is known without a scan, and encoding runs at memory speed
+    where a regular expression would hold the GIL for a tenth of a second per 4 MB."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return text[error.start]
+    return None
+
+
 def _check_key(key: str, path: str) -> None:
-    if _SURROGATE.search(key) is not None:
+    if _first_surrogate(key) is not None:
         where = f"'{path}'" if path else "the request body"
         raise ApiError(
             400,

@@ -66,7 +66,8 @@ def server_config(app: ASGIApp, options: ServerOptions, log_level: str) -> uvico
         log_level=log_level,
         lifespan="off",
         timeout_keep_alive=options.keep_alive_timeout,
-        limit_concurrency=options.max_connections,
+        # uvicorn refuses a request when connections >= the limit, its own one included
+        limit_concurrency=options.max_connections + 1,
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,
         timeout_graceful_shutdown=math.ceil(
             options.shutdown_timeout + UVICORN_GRACE_MARGIN_SECONDS
@@ -101,8 +102,9 @@ class GracefulServer(uvicorn.Server):
 
 
 def header_timeout_protocol(seconds: float) -> type[H11Protocol]:
-    """uvicorn's h11 protocol that closes a connection whose next request's headers are not
-    complete ``seconds`` after the server started waiting for them (slowloris)."""
+    """uvicorn's h11 protocol that closes a connection whose request headers are not complete
+    ``seconds`` after it opened or after the request's first byte (slowloris). An idle
+    connection between requests is uvicorn's keep-alive timeout's business."""
 
     class HeaderTimeoutProtocol(H11Protocol):
         _header_timer: asyncio.TimerHandle | None = None
@@ -115,11 +117,8 @@ def header_timeout_protocol(seconds: float) -> type[H11Protocol]:
             super().data_received(data)
             if self.conn.their_state is not h11.IDLE:
                 self._disarm()
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
-                self._arm()
+            elif self._header_timer is None and self.conn.trailing_data[0]:
+                self._arm()  # the first bytes of the next request on a kept-alive connection
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
@@ -136,9 +135,11 @@ def header_timeout_protocol(seconds: float) -> type[H11Protocol]:
 
         def _headers_late(self) -> None:
             self._header_timer = None
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            if self.conn.their_state is not h11.IDLE or self.transport.is_closing():
+                return
+            if self.conn.trailing_data[0]:  # part of a request came: say why it is cut
                 self.transport.write(_TIMED_OUT)
-                self.transport.close()
+            self.transport.close()
 
     return HeaderTimeoutProtocol
 
