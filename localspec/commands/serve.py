@@ -87,25 +87,26 @@ def run_serve(args: argparse.Namespace) -> int:
 
     options = _options(args)
     template = _read_template(args.chat_template)
-    choice = choose_models(args)
-    _warn_if_exposed(args.host, args.api_key)
-    sock = bind(args.host, args.port)  # a bad host or a busy port fails before the model loads
-    with sock, load_engine(args, choice) as engine:
-        app = create_app(
-            engine,
-            options,
-            model_name=args.model_name or (None if args.target else choice.label),
-            chat_template=template or choice.chat_template,
-            defaults=_defaults(choice),
-        )
-        name = app.state.localspec.model_name
-        print(
-            f"localspec: serving '{name}' (drafter: {engine.info.drafter}) on "
-            f"http://{_url_host(args.host)}:{sock.getsockname()[1]}/v1",
-            file=sys.stderr,
-        )
-        server = GracefulServer(server_config(app, options, args.log_level), drain_hook(app))
-        server.run(sockets=[sock])
+    # A bad host or a busy port fails at once, before models are fetched or loaded.
+    with bind(args.host, args.port) as sock:
+        choice = choose_models(args)
+        _warn_if_exposed(args.host, args.api_key)
+        with load_engine(args, choice) as engine:
+            app = create_app(
+                engine,
+                options,
+                model_name=args.model_name or (None if args.target else choice.label),
+                chat_template=template or choice.chat_template,
+                defaults=_defaults(choice),
+            )
+            name = app.state.localspec.model_name
+            print(
+                f"localspec: serving '{name}' (drafter: {engine.info.drafter}) on "
+                f"http://{_url_host(args.host)}:{sock.getsockname()[1]}/v1",
+                file=sys.stderr,
+            )
+            server = GracefulServer(server_config(app, options, args.log_level), drain_hook(app))
+            server.run(sockets=[sock])
     return 0
 
 

@@ -11,6 +11,7 @@ h11 protocol; the body deadline lives in the app (body.read_body).
 from __future__ import annotations
 
 import asyncio
+import errno
 import math
 import socket
 from collections.abc import Callable
@@ -51,10 +52,7 @@ def bind(host: str, port: int) -> socket.socket:
         sock.listen(2048)
     except OSError as error:
         sock.close()
-        raise LocalspecError(
-            f"Cannot listen on {host}:{port}: {_reason(error)}; pick another --port or stop "
-            "the program that uses it."
-        ) from None
+        raise LocalspecError(f"Cannot listen on {host}:{port}: {_bind_advice(error)}.") from None
     sock.set_inheritable(True)
     return sock
 
@@ -149,6 +147,16 @@ def drain_hook(app: Any) -> Callable[[], None] | None:
     service = getattr(getattr(app, "state", None), "localspec", None)
     hook = getattr(service, "begin_shutdown", None)
     return hook if callable(hook) else None
+
+
+def _bind_advice(error: OSError) -> str:
+    if error.errno == errno.EADDRINUSE:
+        return "the port is in use; pick another --port or stop the program that uses it"
+    if error.errno == errno.EADDRNOTAVAIL:
+        return "that address is not one of this machine's; use 127.0.0.1, ::1 or 0.0.0.0"
+    if error.errno == errno.EACCES:
+        return "permission denied; ports below 1024 need privileges, pick a higher --port"
+    return _reason(error)
 
 
 def _reason(error: BaseException) -> str:
