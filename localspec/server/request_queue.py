@@ -44,7 +44,7 @@ class Ticket:
         """Wait for a running slot; raise the queue's error if it closed, QueueTimeout if
         ``timeout`` seconds pass first."""
         try:
-            error = await asyncio.wait_for(self._turn, timeout)
+            error = await asyncio.wait_for(asyncio.shield(self._turn), timeout)
         except asyncio.TimeoutError:
             raise QueueTimeout() from None
         if error is not None:
