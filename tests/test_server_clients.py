@@ -5,6 +5,7 @@ sockets where a client must misbehave; a real server over a real engine."""
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import time
 from collections.abc import Iterator
@@ -89,6 +90,19 @@ def test_slow_body_is_408(quick: BackgroundServer, engine: Engine) -> None:
         answer = read_until_closed(sock)
     assert answer.startswith(b"HTTP/1.1 408 ")
     assert b'"code":"request_timeout"' in answer
+
+
+def test_a_client_leaving_mid_body_is_not_an_error(
+    quick: BackgroundServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"model\"")
+    with connect(quick) as sock:
+        sock.sendall(head)
+    time.sleep(0.3)  # give the server time to notice; nothing may be logged
+    assert httpx.get(f"{quick.base_url}/health").status_code == 200
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 def test_idle_keep_alive_connection_is_closed(quick: BackgroundServer) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hmac
 import uuid
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from localspec.server.errors import ApiError, error_response, from_unexpected
@@ -73,6 +74,8 @@ class TagRequests:
 
         try:
             await self.app(scope, receive, tagged_send)
+        except ClientDisconnect:  # the client left while its body arrived: nobody to answer
+            return
         except Exception as error:  # noqa: BLE001 - a bug: answered generically, logged once
             response = from_unexpected(error, rid)
             if not started:  # else the stream is cut; the client sees it end early
