@@ -252,9 +252,17 @@ PYBIND11_MODULE(_core, m) {
         .def("restore_controller_memory",
              [](Core& c, const ControllerMemory& memory) { c.engine().restore_controller_memory(memory); })
         .def("tokenize", [](Core& c, const std::string& text, bool add_special, bool parse_special) {
+            py::gil_scoped_release release;  // a long prompt must not stall other Python threads
             return c.engine().target().tokenize(text, add_special, parse_special);
         })
-        .def("detokenize", [](Core& c, const std::vector<Token>& t) { return to_str(c.engine().target().detokenize(t)); })
+        .def("detokenize", [](Core& c, const std::vector<Token>& t) {
+            std::string text;
+            {
+                py::gil_scoped_release release;
+                text = c.engine().target().detokenize(t);
+            }
+            return to_str(text);
+        })
         .def("token_text", [](Core& c, Token t) { return to_str(c.engine().target().token_text(t)); })
         .def("token_piece", [](Core& c, Token t) { return to_bytes(c.engine().target().token_piece(t)); })
         .def("is_end_of_generation", [](Core& c, Token t) { return c.engine().target().is_end_of_generation(t); })

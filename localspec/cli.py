@@ -9,12 +9,13 @@ A LocalspecError anywhere becomes one line on stderr and exit code 2, never a tr
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from importlib import import_module
 from importlib.metadata import entry_points
 
-from localspec.errors import LocalspecError
+from localspec.errors import InvalidParameterError, LocalspecError
 
 BUILTIN_COMMANDS = (
     "localspec.commands.run",
@@ -42,8 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    try:
+        check_text_arguments(arguments)
+    except LocalspecError as error:
+        print(f"localspec: error: {error}", file=sys.stderr)
+        return 2
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(arguments)
     try:
         return int(args.func(args))
     except LocalspecError as error:
@@ -52,6 +59,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("localspec: interrupted", file=sys.stderr)
         return 130
+
+
+def check_text_arguments(arguments: Sequence[str]) -> None:
+    """Refuse arguments that are not valid UTF-8: Python keeps undecodable bytes as lone
+    surrogates, which no tokenizer, file name check or JSON output can take."""
+    for argument in arguments:
+        if any("\ud800" <= char <= "\udfff" for char in argument):
+            raise InvalidParameterError(
+                f"The argument {_raw(argument)!r} is not valid UTF-8 text; pass arguments in "
+                "UTF-8."
+            )
+
+
+def _raw(argument: str) -> bytes:
+    try:
+        return os.fsencode(argument)  # the bytes as they came (surrogateescape)
+    except UnicodeEncodeError:
+        return argument.encode("utf-8", "backslashreplace")
 
 
 if __name__ == "__main__":

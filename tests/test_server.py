@@ -17,6 +17,7 @@ from localspec.chat_template import render_chat
 from localspec.engine import Engine
 from localspec.server import create_app
 from localspec.server.background import BackgroundServer
+from localspec.server.options import ServerOptions
 from localspec.types import GenerationResult
 
 API_KEY = "sk-test-key"
@@ -39,7 +40,7 @@ def engine(tiny_model_path: Path, tiny_draft_path: Path) -> Iterator[Engine]:
 
 @pytest.fixture(scope="module")
 def server(engine: Engine) -> Iterator[BackgroundServer]:
-    with BackgroundServer(create_app(engine, api_key=API_KEY)) as running:
+    with BackgroundServer(create_app(engine, ServerOptions(api_key=API_KEY))) as running:
         yield running
 
 

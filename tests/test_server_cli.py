@@ -20,6 +20,7 @@ from localspec.commands.serve import _warn_if_exposed
 from localspec.engine import Engine
 from localspec.server import create_app
 from localspec.server.background import BackgroundServer
+from localspec.server.options import ServerOptions
 
 STARTUP_SECONDS = 60.0
 
@@ -123,7 +124,7 @@ def test_wildcard_cors_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cors_only_for_named_origins(tiny_model_path: Path) -> None:
     allowed = "http://localhost:3000"
     with Engine.load(tiny_model_path, draft="none", n_ctx=128, n_threads=1) as engine:
-        app = create_app(engine, cors_origins=(allowed,))
+        app = create_app(engine, ServerOptions(cors_origins=(allowed,)))
         with BackgroundServer(app) as server, httpx.Client(base_url=server.base_url) as http:
             preflight = {"Access-Control-Request-Method": "POST"}
             good = http.options("/v1/completions", headers={"Origin": allowed, **preflight})

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from localspec.engine import Engine
 from localspec.server import create_app
 from localspec.server.background import BackgroundServer
+from localspec.server.options import ServerOptions
 
 API_KEY = "sk-errors"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -42,7 +43,7 @@ def busy_engine(tiny_model_path: Path) -> Iterator[Engine]:
 
 @pytest.fixture(scope="module")
 def server(engine: Engine) -> Iterator[BackgroundServer]:
-    app = create_app(engine, api_key=API_KEY, max_request_bytes=4096)
+    app = create_app(engine, ServerOptions(api_key=API_KEY, max_request_bytes=4096))
     with BackgroundServer(app) as running:
         yield running
 
@@ -54,7 +55,8 @@ def busy_server(busy_engine: Engine) -> Iterator[BackgroundServer]:
 
 
 def post(server: BackgroundServer, path: str, **kwargs: Any) -> httpx.Response:
-    headers = kwargs.pop("headers", AUTH)
+    """POST a JSON body (``json=``, or raw bytes with ``content=``)."""
+    headers = {"Content-Type": "application/json", **kwargs.pop("headers", AUTH)}
     return httpx.post(f"{server.base_url}{path}", headers=headers, timeout=30, **kwargs)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -11,7 +12,10 @@ from pydantic import ValidationError
 
 from localspec.errors import InvalidParameterError, PromptTooLongError, QueueFullError
 from localspec.server import errors
-from localspec.server.metrics import ServerMetrics
+from localspec.server.guard import host_name, is_loopback
+from localspec.server.metrics import REJECT_REASONS, ServerMetrics
+from localspec.server.options import ServerOptions
+from localspec.server.request_queue import QueueTimeout, RequestQueue
 from localspec.server.responses import Shape
 from localspec.server.schemas import ChatCompletionRequest, CompletionRequest
 from localspec.types import GenerationStats
@@ -165,3 +169,74 @@ def test_content_parts_text_only() -> None:
     error = validation_body({**CHAT, "messages": [{"role": "user", "content": [image]}]})
     assert error["param"] == "messages.0.content"
     assert "image_url" in error["message"]
+
+
+def test_rejections_and_queue_wait_are_metrics() -> None:
+    metrics = ServerMetrics(lambda: 0)
+    before = samples(metrics)
+    assert all(before[f"localspec_rejected_requests_total{{reason={r}}}"] == 0
+               for r in REJECT_REASONS)  # every reason is listed from the start
+    metrics.record_rejected("bad_host")
+    metrics.record_queue_wait(0.3)
+    got = samples(metrics)
+    assert got["localspec_rejected_requests_total{reason=bad_host}"] == 1
+    assert got["localspec_queue_wait_seconds_count"] == 1
+    assert got["localspec_queue_wait_seconds_sum"] == pytest.approx(0.3)
+
+
+def test_request_queue_places_turns_and_closing() -> None:
+    async def scenario() -> None:
+        waits: list[float] = []
+        queue = RequestQueue(capacity=3, on_turn=waits.append)
+        first, second, third = queue.admit(), queue.admit(), queue.admit()
+        assert first.running and not second.running and queue.depth == 3
+        with pytest.raises(QueueFullError):
+            queue.admit()
+        queue.release(second)  # a waiting client left: its place is free at once
+        assert queue.depth == 2
+        fourth = queue.admit()
+        queue.release(first)
+        await third.turn()  # first in, first out
+        assert third.running and not fourth.running and len(waits) == 2
+        with pytest.raises(QueueTimeout):
+            await fourth.turn(timeout=0.01)
+        closing = RuntimeError("closing")
+        queue.close(closing)
+        with pytest.raises(RuntimeError):
+            await fourth.turn()
+        with pytest.raises(RuntimeError):
+            queue.admit()
+        stopped: list[BaseException] = []
+        third.on_stop = stopped.append
+        queue.stop_running(closing)
+        assert stopped == [closing]
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("header", "loopback"),
+    [("localhost:8080", True), ("127.0.0.1", True), ("[::1]:80", True), ("a.localhost", True),
+     ("LOCALHOST.", True), ("127.200.0.1:1", True), ("[::ffff:127.0.0.1]", True),
+     ("evil.test", False), ("localhost.evil.test", False), ("10.0.0.1:8080", False),
+     ("[::2]", False), ("", False)],
+)
+def test_loopback_host_names(header: str, loopback: bool) -> None:
+    assert is_loopback(host_name(header)) is loopback
+
+
+@pytest.mark.parametrize(
+    ("options", "flag"),
+    [
+        (ServerOptions(max_queue=0), "--max-queue"),
+        (ServerOptions(max_tokens=0), "--max-tokens"),
+        (ServerOptions(max_connections=16), "--max-connections"),
+        (ServerOptions(cors_origins=("*",)), "--cors-origin"),
+        (ServerOptions(allowed_hosts=("*.lan",)), "--allowed-host"),
+        (ServerOptions(request_timeout=0), "--request-timeout"),
+        (ServerOptions(shutdown_timeout=-1), "--shutdown-timeout"),
+    ],
+)
+def test_server_options_name_the_bad_flag(options: ServerOptions, flag: str) -> None:
+    with pytest.raises(InvalidParameterError, match=flag):
+        options.validate()

@@ -8,6 +8,7 @@ import sys
 
 from localspec.commands.common import add_model_arguments, choose_models, draft_max_arg, load_engine
 from localspec.engine import Engine
+from localspec.errors import InvalidParameterError
 from localspec.learned import LearnedKey, learned_path, load_learned, save_learned
 from localspec.types import GenerationParams, GenerationStats
 
@@ -48,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    prompt = _read_stdin() if args.prompt == "-" else args.prompt
     choice = choose_models(args)
     temperature = args.temperature
     if temperature is None:
@@ -95,6 +96,17 @@ def _generate(args: argparse.Namespace, engine: Engine, prompt: str, params: Gen
     sys.stdout.flush()
     print(summary_line(handle.result().stats, engine.info.drafter), file=sys.stderr)
     return 0
+
+
+def _read_stdin() -> str:
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidParameterError(
+            f"Standard input is not valid UTF-8 text (byte {data[error.start]:#04x} at offset "
+            f"{error.start}); convert it to UTF-8 first, e.g. with iconv."
+        ) from None
 
 
 def summary_line(stats: GenerationStats, drafter: str) -> str:

@@ -10,10 +10,11 @@ from typing import Any
 
 from localspec.commands.common import ModelChoice, add_model_arguments, choose_models, load_engine
 from localspec.errors import InvalidParameterError, LocalspecError
+from localspec.server.options import ServerOptions
 from localspec.types import GenerationParams
 
 API_KEY_ENV = "LOCALSPEC_API_KEY"
-GRACEFUL_SHUTDOWN_SECONDS = 5  # then open requests are cancelled (their generations stop)
+LIMITS = ServerOptions()  # the defaults shown in --help
 
 
 def register(subparsers: Any) -> None:
@@ -26,58 +27,107 @@ def register(subparsers: Any) -> None:
     add_model_arguments(parser, pair_option=False)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8080, help="port (default: 8080)")
+    parser.add_argument("--model-name", help="the model id clients send (default: the pair name)")
+    parser.add_argument("--chat-template", help="a Jinja2 chat template file overriding the GGUF's")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    _add_access_arguments(parser)
+    _add_limit_arguments(parser)
+    parser.set_defaults(func=run_serve)
+
+
+def _add_access_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--api-key", default=os.environ.get(API_KEY_ENV),
         help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV}, else none)",
     )
     parser.add_argument(
-        "--max-queue", type=int, default=16,
-        help="requests waiting or running before new ones get 429 (default: 16)",
+        "--allowed-host", action="append", default=[], metavar="NAME",
+        help="also accept requests whose Host header is NAME (repeatable; default: loopback "
+        "names only when bound to loopback)",
     )
-    parser.add_argument("--model-name", help="the model id clients send (default: the pair name)")
-    parser.add_argument("--chat-template", help="a Jinja2 chat template file overriding the GGUF's")
     parser.add_argument(
         "--cors-origin", action="append", default=[], metavar="ORIGIN",
         help="allow browser requests from ORIGIN (repeatable; none by default)",
     )
-    parser.add_argument(
-        "--max-request-bytes", type=int, default=4 * 1024 * 1024,
+
+
+def _add_limit_arguments(parser: argparse.ArgumentParser) -> None:
+    limits = parser.add_argument_group("limits")
+    limits.add_argument(
+        "--max-queue", type=int, default=LIMITS.max_queue,
+        help=f"requests running or waiting before new ones get 429 (default: {LIMITS.max_queue})",
+    )
+    limits.add_argument(
+        "--max-tokens", type=int, default=LIMITS.max_tokens,
+        help=f"default and cap of a request's generated tokens (default: {LIMITS.max_tokens})",
+    )
+    limits.add_argument(
+        "--request-timeout", type=float, default=None, metavar="SECONDS",
+        help="end a request this long after it was queued: 503 while waiting, "
+        "finish_reason 'length' while generating (default: none)",
+    )
+    limits.add_argument(
+        "--max-request-bytes", type=int, default=LIMITS.max_request_bytes,
         help="largest accepted request body (default: 4 MiB)",
     )
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
-    parser.set_defaults(func=run_serve)
+    limits.add_argument(
+        "--max-connections", type=int, default=LIMITS.max_connections,
+        help=f"open connections at once (default: {LIMITS.max_connections})",
+    )
+    limits.add_argument(
+        "--shutdown-timeout", type=float, default=LIMITS.shutdown_timeout, metavar="SECONDS",
+        help="on SIGTERM/SIGINT, how long running generations may finish (default: "
+        f"{LIMITS.shutdown_timeout:g})",
+    )
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from localspec.server import create_app
+    from localspec.server.runner import GracefulServer, bind, drain_hook, server_config
 
-    _check_args(args)
+    options = _options(args)
     template = _read_template(args.chat_template)
-    choice = choose_models(args)
-    _warn_if_exposed(args.host, args.api_key)
-    with load_engine(args, choice, max_queue=args.max_queue) as engine:
-        app = create_app(
-            engine,
-            api_key=args.api_key,
-            model_name=args.model_name or (None if args.target else choice.label),
-            max_request_bytes=args.max_request_bytes,
-            cors_origins=tuple(args.cors_origin),
-            chat_template=template or choice.chat_template,
-            defaults=_defaults(choice),
-        )
-        name = app.state.localspec.model_name
-        print(
-            f"localspec: serving '{name}' (drafter: {engine.info.drafter}) on "
-            f"http://{_url_host(args.host)}:{args.port}/v1",
-            file=sys.stderr,
-        )
-        uvicorn.run(
-            app, host=args.host, port=args.port, log_level=args.log_level,
-            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
-        )
+    # A bad host or a busy port fails at once, before models are fetched or loaded.
+    with bind(args.host, args.port) as sock:
+        choice = choose_models(args)
+        _warn_if_exposed(args.host, args.api_key)
+        with load_engine(args, choice) as engine:
+            app = create_app(
+                engine,
+                options,
+                model_name=args.model_name or (None if args.target else choice.label),
+                chat_template=template or choice.chat_template,
+                defaults=_defaults(choice),
+            )
+            name = app.state.localspec.model_name
+            print(
+                f"localspec: serving '{name}' (drafter: {engine.info.drafter}) on "
+                f"http://{_url_host(args.host)}:{sock.getsockname()[1]}/v1",
+                file=sys.stderr,
+            )
+            server = GracefulServer(server_config(app, options, args.log_level), drain_hook(app))
+            server.run(sockets=[sock])
     return 0
+
+
+def _options(args: argparse.Namespace) -> ServerOptions:
+    if args.pair and args.target:
+        raise InvalidParameterError("Give either a PAIR name or --target, not both.")
+    if not 0 <= args.port < 65536:
+        raise InvalidParameterError(f"--port {args.port} is invalid: it must be in 0..65535.")
+    options = ServerOptions(
+        api_key=args.api_key,
+        allowed_hosts=tuple(args.allowed_host),
+        cors_origins=tuple(args.cors_origin),
+        max_request_bytes=args.max_request_bytes,
+        max_queue=args.max_queue,
+        max_tokens=args.max_tokens,
+        request_timeout=args.request_timeout,
+        max_connections=args.max_connections,
+        shutdown_timeout=args.shutdown_timeout,
+    )
+    options.validate()
+    return options
 
 
 def _defaults(choice: ModelChoice) -> GenerationParams:
@@ -88,19 +138,6 @@ def _defaults(choice: ModelChoice) -> GenerationParams:
                             stop=choice.stop)
 
 
-def _check_args(args: argparse.Namespace) -> None:
-    if args.pair and args.target:
-        raise InvalidParameterError("Give either a PAIR name or --target, not both.")
-    if "*" in args.cors_origin:
-        raise InvalidParameterError(
-            "--cors-origin '*' would let any web page call this server; name the origins."
-        )
-    if not 0 < args.port < 65536:
-        raise InvalidParameterError(f"--port {args.port} is invalid: it must be in 1..65535.")
-    if args.max_queue < 1 or args.max_request_bytes < 1024:
-        raise InvalidParameterError("--max-queue must be >= 1 and --max-request-bytes >= 1024.")
-
-
 def _read_template(path: str | None) -> str | None:
     if path is None:
         return None
@@ -109,6 +146,8 @@ def _read_template(path: str | None) -> str | None:
             return handle.read()
     except OSError as error:
         raise LocalspecError(f"Cannot read the chat template {path!r}: {error.strerror}.") from None
+    except UnicodeDecodeError:
+        raise LocalspecError(f"The chat template {path!r} is not UTF-8 text.") from None
 
 
 def _warn_if_exposed(host: str, api_key: str | None) -> None:

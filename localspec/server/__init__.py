@@ -3,5 +3,6 @@
 from __future__ import annotations
 
 from localspec.server.app import create_app
+from localspec.server.options import ServerOptions
 
-__all__ = ["create_app"]
+__all__ = ["ServerOptions", "create_app"]

@@ -3,32 +3,31 @@
     with BackgroundServer(create_app(engine)) as server:
         client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="none")
 
-The socket is bound before the thread starts (port 0 picks a free port without a race).
+The socket is bound before the thread starts (port 0 picks a free port without a race). The
+server runs with the same limits and shutdown as `localspec serve` (localspec.server.runner).
 """
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from types import TracebackType
 
-import uvicorn
-from starlette.types import ASGIApp
+from fastapi import FastAPI
+
+from localspec.server.options import ServerOptions
+from localspec.server.runner import GracefulServer, bind, drain_hook, server_config
 
 START_TIMEOUT_SECONDS = 10.0
 
 
 class BackgroundServer:
-    def __init__(self, app: ASGIApp, host: str = "127.0.0.1", port: int = 0) -> None:
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind((host, port))
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._socket = bind(host, port)
         self.host, self.port = self._socket.getsockname()[:2]
-        config = uvicorn.Config(
-            app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2
-        )
-        self._server = uvicorn.Server(config)
+        options: ServerOptions = app.state.localspec.options
+        config = server_config(app, options, log_level="warning")
+        self._server = GracefulServer(config, drain_hook(app))
         self._thread = threading.Thread(
             target=self._server.run,
             kwargs={"sockets": [self._socket]},
@@ -38,7 +37,8 @@ class BackgroundServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
 
     def start(self) -> BackgroundServer:
         self._thread.start()
@@ -49,10 +49,11 @@ class BackgroundServer:
             time.sleep(0.01)
         return self
 
-    def stop(self) -> None:
-        self._server.should_exit = True
+    def stop(self, timeout: float = START_TIMEOUT_SECONDS) -> None:
+        """Shut down as `localspec serve` does on SIGTERM, and wait up to ``timeout`` s."""
+        self._server.begin_exit()
         if self._thread.is_alive():
-            self._thread.join(START_TIMEOUT_SECONDS)
+            self._thread.join(timeout)
         self._socket.close()
 
     def __enter__(self) -> BackgroundServer:

@@ -90,5 +90,11 @@ class HandleReader:
             except asyncio.TimeoutError:
                 continue
 
+    def interrupt(self, error: BaseException) -> None:
+        """End the request now (on the loop): cancel the generation and hand ``error`` to the
+        reader after the chunks already delivered; what the engine sends later is not read."""
+        self.handle.cancel()
+        self._events.put_nowait(Failed(error))
+
     def cancel(self) -> None:
         self.handle.cancel()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import traceback
 from collections.abc import Mapping
 
 from pydantic import ValidationError
@@ -17,8 +18,11 @@ RETRY_AFTER_SECONDS = 1
 _TYPES = {
     400: "invalid_request_error",
     401: "invalid_request_error",
+    403: "invalid_request_error",
     404: "invalid_request_error",
+    408: "invalid_request_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
     429: "rate_limit_error",
 }
 
@@ -27,15 +31,30 @@ _SCALAR_TAGS = frozenset({"str", "int", "float", "bool", "none", "dict", "list"}
 
 
 class ApiError(Exception):
-    """An HTTP error raised by the server itself (not by the engine)."""
+    """An HTTP error raised by the server itself (not by the engine). ``reason``: the
+    ``localspec_rejected_requests_total`` label when this error refuses a request."""
 
     def __init__(
-        self, status: int, message: str, *, code: str | None = None, param: str | None = None
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        reason: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.param = param
+        self.reason = reason
+
+
+def shutting_down() -> ApiError:
+    return ApiError(
+        503, "The server is shutting down; retry against a running server.",
+        code="server_shutting_down", reason="shutting_down",
+    )
 
 
 def error_response(
@@ -108,9 +127,20 @@ def _is_type_tag(part: int | str) -> bool:
     return part in _SCALAR_TAGS or any(c in part for c in "[]'") or part != part.lower()
 
 
-def from_unexpected(error: BaseException) -> JSONResponse:
-    logger.exception("internal error while serving a request", exc_info=error)
-    return error_response(500, f"Internal error: {type(error).__name__}: {error}", code="internal")
+def from_unexpected(error: BaseException, request_id: str) -> JSONResponse:
+    """A bug: the client gets a generic 500 with the request id; the log gets the exception's
+    type and where it was raised, once. The exception's message is left out of both: it may
+    hold the prompt or an object's address."""
+    frames = "".join(traceback.format_tb(error.__traceback__))
+    logger.error(
+        "internal error in request %s: %s\nTraceback (most recent call last):\n%s",
+        request_id, type(error).__name__, frames.rstrip(),
+    )
+    return error_response(
+        500,
+        f"Internal server error (request id {request_id}); the server log has the details.",
+        code="internal",
+    )
 
 
 def _param_from_message(message: str) -> str | None:

@@ -11,7 +11,9 @@ Names (all prefixed ``localspec_``):
 - ``time_per_output_token_seconds``: histogram, one observation per generation
   (generation seconds / generated tokens; prefill excluded).
 - ``time_to_first_token_seconds``: histogram, one observation per generation.
-- ``queue_depth``: requests submitted to the engine and not yet finished.
+- ``queue_depth``: requests running or waiting in the server's queue.
+- ``queue_wait_seconds``: histogram, time from arrival to a running slot, per started request.
+- ``rejected_requests_total{reason}``: requests refused before they ran, by ``REJECT_REASONS``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,20 @@ __all__ = ["PROMETHEUS_CONTENT_TYPE", "ServerMetrics"]
 
 TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+# Why a request was refused (a bounded label set; docs/server.md explains each).
+REJECT_REASONS = (
+    "queue_full",  # 429: --max-queue requests running or waiting
+    "queue_timeout",  # 503: its --request-timeout passed while it waited
+    "shutting_down",  # 503: the server is stopping
+    "too_large",  # 413: body over --max-request-bytes, or a prompt that cannot fit
+    "slow_body",  # 408: the body did not arrive within the body timeout
+    "bad_host",  # 403: a Host header that is not loopback or --allowed-host
+    "bad_origin",  # 403: a browser Origin not named with --cors-origin
+    "bad_content_type",  # 415: a body that is not declared as JSON
+    "bad_api_key",  # 401
+)
 
 
 class ServerMetrics:
@@ -72,6 +88,17 @@ class ServerMetrics:
             "Time to first token (prefill included), one observation per generation.",
             buckets=TTFT_BUCKETS, registry=reg,
         )
+        self.queue_wait = Histogram(
+            "localspec_queue_wait_seconds",
+            "Seconds from a request's arrival to its running slot.",
+            buckets=WAIT_BUCKETS, registry=reg,
+        )
+        self.refused = Counter(
+            "localspec_rejected_requests", "Requests refused before they ran, by reason.",
+            ["reason"], registry=reg,
+        )
+        for reason in REJECT_REASONS:
+            self.refused.labels(reason=reason)
         self._gauge("localspec_queue_depth", "Requests waiting or running.", queue_depth)
         self._gauge(
             "localspec_acceptance_rate", "Accepted / drafted tokens since start.",
@@ -87,6 +114,13 @@ class ServerMetrics:
 
     def record_request(self, endpoint: str, status: int) -> None:
         self.http_requests.labels(endpoint=endpoint, status=str(status)).inc()
+
+    def record_rejected(self, reason: str) -> None:
+        assert reason in REJECT_REASONS, reason
+        self.refused.labels(reason=reason).inc()
+
+    def record_queue_wait(self, seconds: float) -> None:
+        self.queue_wait.observe(seconds)
 
     def record_generation(self, endpoint: str, finish_reason: str, stats: GenerationStats) -> None:
         self.generations.labels(endpoint=endpoint, finish_reason=finish_reason).inc()

@@ -1,4 +1,8 @@
-"""Turn a validated request into prompt tokens and GenerationParams for the engine."""
+"""Turn a validated request into prompt tokens and GenerationParams for the engine.
+
+Runs on worker threads (tokenizing releases the GIL in C++). A prompt whose byte size alone
+shows that it cannot fit the context is refused before it is tokenized.
+"""
 
 from __future__ import annotations
 
@@ -25,20 +29,38 @@ class Prepared:
 
 
 class Preparer:
-    """Knows the model's template, specials and context; safe to call from worker threads."""
+    """Knows the model's template, specials and context; safe to call from worker threads.
+    ``max_tokens``: the server's default and cap of a request's generated tokens."""
 
     def __init__(
-        self, engine: Engine, chat_template: str | None, defaults: GenerationParams
+        self,
+        engine: Engine,
+        chat_template: str | None,
+        defaults: GenerationParams,
+        max_tokens: int,
     ) -> None:
         self._engine = engine
         self._format = chat_format(engine.info.chat_template, chat_template, defaults.stop)
         self._defaults = replace(defaults, stop=())
         self._bos_prefix = _special_prefix(engine)
+        self._max_tokens = max_tokens
+        self._max_prompt_bytes = engine.info.n_ctx * _max_token_bytes(engine)
+
+    def tokenize(self, text: str, *, chat: bool) -> list[int]:
+        size = len(text.encode("utf-8"))
+        if size > self._max_prompt_bytes:
+            raise PromptTooLongError(
+                f"The prompt is {size} bytes, more than any prompt that fits the context of "
+                f"{self._engine.info.n_ctx} tokens can be; shorten it or restart the server "
+                "with a larger --ctx."
+            )
+        if chat:
+            return self._engine.tokenize(text, add_special=False, parse_special=True)
+        return self._engine.tokenize(text)
 
     def chat(self, request: ChatCompletionRequest) -> Prepared:
         request.check_supported()
-        text = self.render(request)
-        tokens = self._engine.tokenize(text, add_special=False, parse_special=True)
+        tokens = self.tokenize(self.render(request), chat=True)
         if self._bos_prefix and tokens[: len(self._bos_prefix)] != self._bos_prefix:
             tokens = self._bos_prefix + tokens
         return self._prepared(request, tokens, request.token_limit(), self._format.stop)
@@ -53,7 +75,7 @@ class Preparer:
     def completion(self, request: CompletionRequest) -> Prepared:
         request.check_supported()
         prompt = request.prompt_value()
-        tokens = self._engine.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+        tokens = self.tokenize(prompt, chat=False) if isinstance(prompt, str) else list(prompt)
         if not tokens:
             raise InvalidParameterError("The prompt is empty; send some text.")
         n_vocab = self._engine.info.n_vocab
@@ -75,7 +97,7 @@ class Preparer:
                 "shorten it or restart the server with a larger --ctx."
             )
         params = replace(self._defaults, **_overrides(request))
-        limit = max_tokens if max_tokens is not None else room
+        limit = min(max_tokens, self._max_tokens) if max_tokens is not None else self._max_tokens
         stop = tuple(dict.fromkeys((*template_stop, *request.stop_strings())))
         params = replace(params, max_tokens=min(limit, room), stop=stop)
         params.validate()
@@ -90,6 +112,14 @@ def _overrides(request: SamplingRequest) -> dict[str, Any]:
         if value is not None and name in names:
             out[name] = value
     return out
+
+
+def _max_token_bytes(engine: Engine) -> int:
+    """An upper bound on the prompt bytes one token can stand for: its vocabulary text is at
+    least as long as the bytes it matches ("Ġ" or "▁" for a space, "<0x0A>" for a byte), with a
+    factor of 4 for tokenizers that normalize text before matching."""
+    longest = max(len(engine.token_text(t).encode("utf-8")) for t in range(engine.info.n_vocab))
+    return 4 * max(longest, 4)
 
 
 def _special_prefix(engine: Engine) -> list[int]:

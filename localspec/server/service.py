@@ -1,28 +1,41 @@
 """Run one request against the engine and answer it, streamed (SSE) or whole.
 
-The engine call happens on the engine thread; this code only submits and reads handles via a
-HandleReader, so the event loop never blocks. A client that disconnects gets its handle
-cancelled: the engine stops within one step.
+A request first takes a place in the server's RequestQueue (429 when full). While it waits for
+a running slot, a whole answer watches its client (the place is given back the moment the client
+leaves) and a stream is already open, sending SSE comments. The engine call happens on the engine
+thread; this code only submits and reads handles via a HandleReader, so the event loop never
+blocks. A client that disconnects gets its generation cancelled: the engine stops within one step.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
 from pathlib import PurePath
 from typing import Any
 
 from sse_starlette import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
 
 from localspec.engine import Engine
-from localspec.errors import LocalspecError
-from localspec.server.bridge import Disconnected, Failed, Finished, HandleReader
-from localspec.server.errors import ApiError, from_localspec_error, from_unexpected
+from localspec.errors import LocalspecError, QueueFullError
+from localspec.server.body import decode_json
+from localspec.server.bridge import Disconnected, Failed, Finished
+from localspec.server.errors import (
+    ApiError,
+    from_api_error,
+    from_localspec_error,
+    from_unexpected,
+    shutting_down,
+)
 from localspec.server.metrics import ServerMetrics
-from localspec.server.prepare import Prepared, Preparer
+from localspec.server.middleware import request_id
+from localspec.server.options import ServerOptions
+from localspec.server.prepare import Preparer
+from localspec.server.request_queue import RequestQueue
 from localspec.server.responses import (
     Shape,
     finish_reason_of,
@@ -30,33 +43,32 @@ from localspec.server.responses import (
     speculation_of,
     usage_of,
 )
-from localspec.server.schemas import SamplingRequest
+from localspec.server.running import Call, Run
+from localspec.server.schemas import ChatCompletionRequest, CompletionRequest
 from localspec.types import Chunk, GenerationResult
 
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for "the client went away"
-
-
-@dataclass
-class Call:
-    """One request in flight: what was asked and how to shape the answer."""
-
-    request: SamplingRequest
-    prepared: Prepared
-    shape: Shape
-    endpoint: str
+SSE_CANCEL_MARGIN_SECONDS = 3  # sse-starlette cuts streams this long after our own shutdown end
 
 
 class Service:
-    """Everything a route needs: the engine, names, the preparer and the metrics."""
+    """Everything a route needs: the engine, names, the preparer, metrics, limits and queue."""
 
     def __init__(
-        self, engine: Engine, model_name: str, preparer: Preparer, metrics: ServerMetrics
+        self,
+        engine: Engine,
+        model_name: str,
+        preparer: Preparer,
+        options: ServerOptions,
     ) -> None:
         self.engine = engine
         self.model_name = model_name
         self.preparer = preparer
-        self.metrics = metrics
+        self.options = options
         self.model_names = {model_name, engine.info.target_name}
+        self.metrics = ServerMetrics(lambda: self.queue.depth)
+        self.queue = RequestQueue(options.max_queue, on_turn=self.metrics.record_queue_wait)
+        self._draining = False
 
     def check_model(self, model: str) -> None:
         if model not in self.model_names:
@@ -68,37 +80,93 @@ class Service:
                 param="model",
             )
 
+    # ---- preparation (worker threads) ---------------------------------------------------
+
+    def chat_call(self, raw: bytes) -> Call:
+        body = ChatCompletionRequest.model_validate(decode_json(raw))
+        self.check_model(body.model)
+        prepared = self.preparer.chat(body)
+        return Call(body, prepared, Shape("chat", self.model_name), "/v1/chat/completions")
+
+    def completion_call(self, raw: bytes) -> Call:
+        body = CompletionRequest.model_validate(decode_json(raw))
+        self.check_model(body.model)
+        prepared = self.preparer.completion(body)
+        return Call(body, prepared, Shape("completion", self.model_name), "/v1/completions")
+
+    # ---- answering (the event loop) -----------------------------------------------------
+
     async def respond(self, http: Request, call: Call) -> Response:
-        reader = self._start(call)
+        run = self._admit(http, call)
+        streaming = False
         try:
-            first = await reader.next_or_disconnect(http)
+            if not run.ticket.running:
+                if call.request.stream:
+                    streaming = True
+                    return self._stream(run, None)
+                await run.wait_turn(watch_client=True)
+            self._submit(run)
+            first = await run.next(watch_client=True)
             if isinstance(first, Failed):
                 raise first.error
             if call.request.stream:
-                return EventSourceResponse(self._events(call, reader, first), sep="\n")
-            return await self._whole(http, call, reader, first)
+                streaming = True
+                return self._stream(run, first)
+            return await self._whole(run, first)
         except Disconnected:
             return Response(status_code=CLIENT_CLOSED_REQUEST)
-        except BaseException:  # an error, or the task was cancelled (server shutdown)
-            reader.cancel()
+        finally:
+            if not streaming:
+                run.close()
+
+    def begin_shutdown(self) -> None:
+        """On the loop: admit nothing more, answer waiting requests with 503, and end running
+        ones after ``shutdown_timeout`` seconds (a second call ends them now)."""
+        if self._draining:
+            self._stop_running()
+            return
+        self._draining = True
+        self.queue.close(shutting_down())
+        asyncio.get_running_loop().call_later(self.options.shutdown_timeout, self._stop_running)
+
+    def _stop_running(self) -> None:
+        error = ApiError(
+            503, "The server is shutting down; this generation was stopped before it finished.",
+            code="server_shutting_down",
+        )
+        self.queue.stop_running(error)
+
+    def _admit(self, http: Request, call: Call) -> Run:
+        try:
+            return Run(call, self.queue, http, self.options.request_timeout)
+        except QueueFullError:
+            self.metrics.record_rejected("queue_full")
             raise
 
-    def _start(self, call: Call) -> HandleReader:
-        handle = self.engine.submit(call.prepared.tokens, call.prepared.params)
+    def _submit(self, run: Run) -> None:
+        endpoint = run.call.endpoint
 
         def on_finish(result: GenerationResult) -> None:
-            self.metrics.record_generation(call.endpoint, result.finish_reason, result.stats)
+            self.metrics.record_generation(endpoint, result.finish_reason, result.stats)
 
-        return HandleReader(handle, on_finish)
+        run.submit(self.engine, on_finish)
 
-    async def _whole(
-        self, http: Request, call: Call, reader: HandleReader, event: object
-    ) -> Response:
+    def _stream(self, run: Run, first: object) -> Response:
+        return _ClosingStream(
+            self._events(run, first),
+            on_close=run.close,
+            sep="\n",
+            ping=self.options.stream_keepalive,
+            shutdown_grace_period=self.options.shutdown_timeout + SSE_CANCEL_MARGIN_SECONDS,
+        )
+
+    async def _whole(self, run: Run, event: object) -> Response:
+        call = run.call
         while not isinstance(event, Finished):
             if isinstance(event, Failed):
                 raise event.error
-            event = await reader.next_or_disconnect(http)
-        result = event.result
+            event = await run.next(watch_client=True)
+        result = run.final(event.result)
         extension = self._extension(call, result)
         if call.prepared.provenance:
             extension["provenance"] = provenance_of(
@@ -115,11 +183,15 @@ class Service:
         speculative = params.speculative and params.draft_max != 0 and drafter != "none"
         return speculation_of(result.stats, PurePath(drafter).name, speculative)
 
-    async def _events(
-        self, call: Call, reader: HandleReader, first: object
-    ) -> AsyncIterator[dict[str, str]]:
+    async def _events(self, run: Run, first: object) -> AsyncIterator[dict[str, str]]:
+        call = run.call
         shape, usage_field = call.shape, call.request.include_usage
         try:
+            if first is None:  # queued: the stream is open; comments until the turn comes
+                yield {"comment": f"queued behind {self.queue.waiting - 1} other request(s)"}
+                await run.wait_turn(watch_client=False)
+                self._submit(run)
+                first = await run.next()
             if shape.kind == "chat":
                 yield _data(shape.chunk("", role=True, with_usage_field=usage_field))
             event = first
@@ -129,17 +201,31 @@ class Service:
                     if body is not None:
                         yield _data(body)
                 elif isinstance(event, Finished):
-                    for body in self._final_bodies(call, event.result):
+                    for body in self._final_bodies(call, run.final(event.result)):
                         yield _data(body)
                     yield {"data": "[DONE]"}
                     return
                 elif isinstance(event, Failed):
-                    yield _data(_stream_error(event.error))
-                    yield {"data": "[DONE]"}
-                    return
-                event = await reader.next()
+                    raise event.error
+                event = await run.next()
+        except Exception as error:  # noqa: BLE001 - the stream is open: an error event ends it
+            yield _data(self._stream_error(run, error))
+            yield {"data": "[DONE]"}
         finally:
-            reader.cancel()  # a disconnect lands here; a finished handle ignores it
+            run.close()  # a disconnect lands here; a finished handle ignores the cancel
+
+    def _stream_error(self, run: Run, error: BaseException) -> dict[str, Any]:
+        """An error after the stream started: OpenAI clients raise on an ``error`` event body."""
+        if isinstance(error, ApiError):
+            if error.reason is not None:
+                self.metrics.record_rejected(error.reason)
+            response = from_api_error(error)
+        elif isinstance(error, LocalspecError):
+            response = from_localspec_error(error)
+        else:
+            response = from_unexpected(error, request_id(run.http.scope))
+        body: dict[str, Any] = json.loads(bytes(response.body))
+        return body
 
     def _chunk_body(self, call: Call, chunk: Chunk) -> dict[str, Any] | None:
         extension = None
@@ -170,10 +256,17 @@ def _data(body: dict[str, Any]) -> dict[str, str]:
     return {"data": json.dumps(body, ensure_ascii=False)}
 
 
-def _stream_error(error: BaseException) -> dict[str, Any]:
-    """An error after the stream started: OpenAI clients raise on an ``error`` event body."""
-    if isinstance(error, LocalspecError):
-        response = from_localspec_error(error)
-    else:
-        response = from_unexpected(error)
-    return json.loads(bytes(response.body))
+class _ClosingStream(EventSourceResponse):
+    """An SSE response that runs ``on_close`` however it ends, even if its body never starts
+    (a client that leaves before the first byte)."""
+
+    def __init__(self, content: AsyncIterator[dict[str, str]], on_close: Callable[[], None],
+                 **options: Any) -> None:
+        super().__init__(content, **options)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
