@@ -212,3 +212,11 @@ def test_ctrl_c_ends_the_line_and_prints_the_stats(tiny_model_path: Path) -> Non
     assert summary.startswith("[") and summary.endswith("(interrupted)")
     n_tokens = int(summary[1:].split()[0])
     assert 0 < n_tokens < 100000
+
+
+def test_version() -> None:
+    from localspec import __version__
+
+    proc = localspec("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"localspec {__version__} (llama-cpp-python 0.3.36)"
