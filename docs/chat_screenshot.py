@@ -32,12 +32,13 @@ def chat_ui() -> object:
 
 async def main(questions: list[str]) -> None:
     ui = chat_ui()
-    pair = registry.resolve_pair(None)
+    known = registry.load_registry()
+    pair = known.resolve_pair(None)
     engine = Engine.load(pair.target, pair.drafter, n_ctx=pair.n_ctx)
     settings = ui.ChatSettings(temperature=0.0, seed=1, max_tokens=160, draft_max="auto")
     app = ui.ChatApp(
         engine, settings=settings, pair=pair.name, chat_template=pair.chat_template,
-        chat_stop=pair.stop,
+        chat_stop=pair.stop, kind=known.kind_of(known.pair(pair.name).target),
     )
     try:
         async with app.run_test(size=(100, 32)) as pilot:

@@ -23,6 +23,7 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from localspec.errors import LocalspecError
+from localspec.types import EngineInfo
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -119,6 +120,19 @@ def render_chat(
         raise
     except jinja2.TemplateError as error:
         raise ChatTemplateError(f"The chat template failed to render: {error}") from error
+
+
+def chat_tokens(
+    template: str,
+    messages: list[dict],
+    info: EngineInfo,
+    tokenize: Callable[[str, bool, bool], list[int]],
+) -> list[int]:
+    """``messages`` rendered for a reply and tokenized with special tokens parsed; BOS is added
+    unless the template already wrote it. ``tokenize(text, add_special, parse_special)``."""
+    text = render_chat(template, messages, bos_token=info.bos_text, eos_token=info.eos_text)
+    add_bos = not (info.bos_text and text.startswith(info.bos_text))
+    return tokenize(text, add_bos, True)
 
 
 def fit_history(

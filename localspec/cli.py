@@ -13,8 +13,9 @@ import os
 import sys
 from collections.abc import Sequence
 from importlib import import_module
-from importlib.metadata import entry_points
+from importlib.metadata import PackageNotFoundError, entry_points, version
 
+from localspec import __version__
 from localspec.errors import InvalidParameterError, LocalspecError
 
 BUILTIN_COMMANDS = (
@@ -34,12 +35,22 @@ def build_parser() -> argparse.ArgumentParser:
         prog="localspec",
         description="Speculative decoding for GGUF models: same output as the target, faster.",
     )
+    parser.add_argument("--version", action="version", version=version_text())
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name in BUILTIN_COMMANDS:
         import_module(module_name).register(subparsers)
     for plugin in entry_points(group="localspec.commands"):
         plugin.load()(subparsers)
     return parser
+
+
+def version_text() -> str:
+    """``localspec 0.1.0 (llama-cpp-python 0.3.36)``: the llama.cpp build is that package's."""
+    try:
+        llama = version("llama-cpp-python")
+    except PackageNotFoundError:
+        llama = "not installed"
+    return f"localspec {__version__} (llama-cpp-python {llama})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

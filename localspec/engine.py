@@ -324,6 +324,8 @@ class Engine:
                 pass_rows=list(raw["pass_rows"]),
                 pass_emitted=list(raw["pass_emitted"]),
             )
+            if result.finish_reason == "stop" and params.stop:
+                result.text_tokens = text_tokens(self.detokenize, result.tokens, result.text)
         except LocalspecError as error:
             handle._finish(None, error)
         except Exception as error:  # a bug: keep it visible to the caller
@@ -344,6 +346,16 @@ class _Job:
             self.future.set_result(self.fn())
         except BaseException as error:  # noqa: BLE001 - handed to the caller
             self.future.set_exception(error)
+
+
+def text_tokens(detokenize: Callable[[Sequence[int]], str], tokens: Sequence[int],
+                text: str) -> int:
+    """How many of ``tokens`` it takes to spell ``text``: the fewest whose text starts with it
+    (a stop string cuts the text, and the tokens after the cut never reach the caller)."""
+    n = len(tokens)
+    while n > 0 and detokenize(tokens[: n - 1]).startswith(text):
+        n -= 1
+    return n
 
 
 def _empty_result(reason: str) -> GenerationResult:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from localspec.errors import LocalspecError, ModelLoadError
+from localspec.model_kind import ModelKind
 from localspec.sources import (
     EMBEDDED_MODEL,
     Source,
@@ -38,7 +39,8 @@ else:  # pragma: no cover - Python 3.10
 PACKAGE_MODELS_FILE = Path(__file__).parent / "data" / "models.toml"
 SPECIAL_DRAFTERS = ("ngram", "none")
 HYBRID_PREFIX = "hybrid:"
-_MODEL_KEYS = {"source": str, "revision": str, "description": str}
+_MODEL_KEYS = {"source": str, "revision": str, "kind": str, "instruct": str, "description": str}
+MODEL_KINDS = ("base", "instruct")
 _PAIR_KEYS = {"target": str, "drafter": str, "draft_max": (int, str), "n_ctx": int,
               "temperature": (int, float), "chat_template": str, "stop": list, "description": str}
 
@@ -62,6 +64,8 @@ class ModelEntry:
     source: Source
     description: str = ""
     origin: str = ""  # the models.toml that defined it
+    kind: str = ""  # "base", "instruct" or "" (not said)
+    instruct: str = ""  # for a base model: the pair or model to pull for an instruct one
 
 
 @dataclass(frozen=True)
@@ -118,7 +122,12 @@ def _parse_model(name: str, table: Any, origin: Path) -> ModelEntry:
         source = parse_source(table["source"], origin.parent, table.get("revision"))
     except LocalspecError as error:
         raise _bad(str(origin), section, str(error).rstrip(".")) from None
-    return ModelEntry(name, source, table.get("description", ""), str(origin))
+    kind = table.get("kind", "")
+    if kind and kind not in MODEL_KINDS:
+        raise _bad(str(origin), section, f"kind = {kind!r} is invalid: use \"base\" or "
+                   "\"instruct\"")
+    return ModelEntry(name, source, table.get("description", ""), str(origin), kind,
+                      table.get("instruct", ""))
 
 
 def _parse_pair(name: str, table: Any, origin: Path) -> PairEntry:
@@ -191,6 +200,10 @@ class Registry:
                 if spec not in self.models and not looks_like_source(spec):
                     raise _bad(pair.origin, f"pairs.{pair.name}", f"{role} = {spec!r} is neither "
                                "a model in [models] nor a path or hf: source")
+        for model in self.models.values():
+            if model.instruct and model.instruct not in (*self.pairs, *self.models):
+                raise _bad(model.origin, f"models.{model.name}", f"instruct = "
+                           f"{model.instruct!r} names no pair or model")
         if self.default_pair not in self.pairs:
             raise LocalspecError(f"{self.files[-1]}: default_pair = {self.default_pair!r} names "
                                  "no [pairs] entry: add that pair or fix the name.")
@@ -207,6 +220,13 @@ class Registry:
                                  "existing file: run `localspec models` to list names, or pass a "
                                  ".gguf path.")
         return fetch(self.source_of(spec), download=download, label=spec)
+
+    def kind_of(self, spec: str) -> ModelKind:
+        """What models.toml says about a model (a name or a pair's target); unknown for others."""
+        entry = self.models.get(spec)
+        if entry is None or not entry.kind:
+            return ModelKind()
+        return ModelKind(entry.kind, entry.instruct)  # type: ignore[arg-type]
 
     def is_local(self, spec: str) -> bool:
         """Whether the model is usable without a download (embedded: the package is installed)."""

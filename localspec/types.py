@@ -119,6 +119,13 @@ class GenerationResult:
     # Per target pass: rows verified (k + 1) and tokens emitted (accepted + 1).
     pass_rows: list[int] = field(default_factory=list)
     pass_emitted: list[int] = field(default_factory=list)
+    # Tokens whose text is in ``text`` (OpenAI's completion_tokens): ``len(tokens)`` unless a
+    # stop string cut the tail of the last step; None: not counted (then all of them).
+    text_tokens: int | None = None
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.tokens) if self.text_tokens is None else self.text_tokens
 
     def to_dict(self) -> dict[str, Any]:
         return {

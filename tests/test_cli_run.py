@@ -138,3 +138,85 @@ def test_prompt_longer_than_context(tiny_model_path: Path) -> None:
 )
 def test_invalid_parameters(tiny_model_path: Path, args: list[str], fragment: str) -> None:
     expect_user_error(localspec("run", "hi", "--target", str(tiny_model_path), *args), fragment)
+
+
+# ---- chat mode, what produced the output, limits, Ctrl+C ---------------------------------
+
+
+def test_chat_mode_renders_the_chat_template(tiny_model_path: Path) -> None:
+    from localspec.chat_template import chat_tokens
+    from localspec.engine import Engine
+
+    args = ["Say hi", "--target", str(tiny_model_path), "--temperature", "0",
+            "--max-tokens", "12", "--draft", "ngram", "--threads", "1"]
+    chat = run_json(*args, "--chat", "--system", "Be brief.")
+    plain = run_json(*args)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hi"}]
+    with Engine.load(tiny_model_path, draft="none", n_ctx=512, n_threads=1) as engine:
+        tokens = chat_tokens(engine.info.chat_template or "", messages, engine.info,
+                             engine.tokenize)
+        expected = engine.generate(tokens, temperature=0.0, max_tokens=12, speculative=False)
+        assert "user\nSay hi\nassistant" in engine.detokenize(tokens)  # ChatML, specials dropped
+    assert chat["stats"]["prompt_tokens"] == len(tokens) != plain["stats"]["prompt_tokens"]
+    assert chat["tokens"] == expected.tokens
+
+
+def test_system_needs_chat(tiny_model_path: Path) -> None:
+    proc = localspec("run", "hi", "--target", str(tiny_model_path), "--system", "Be brief.")
+    expect_user_error(proc, "--system only applies to chat mode: add --chat")
+
+
+def test_json_names_models_seed_and_sampling(tiny_model_path: Path) -> None:
+    args = ["once upon a time", "--target", str(tiny_model_path), "--draft", "ngram",
+            "--temperature", "0.9", "--top-k", "20", "--max-tokens", "16", "--threads", "1"]
+    first = run_json(*args)
+    assert first["target"] == str(tiny_model_path) and first["drafter"] == "ngram"
+    assert first["pair"] is None
+    params = first["params"]
+    assert params["temperature"] == 0.9 and params["top_k"] == 20 and params["max_tokens"] == 16
+    assert isinstance(params["seed"], int)  # drawn at random, reported so it can be replayed
+    again = run_json(*args, "--seed", str(params["seed"]))
+    assert again["params"]["seed"] == params["seed"] and again["tokens"] == first["tokens"]
+
+
+def test_context_raised_and_gpu_layers_on_a_cpu_build_are_said(tiny_model_path: Path) -> None:
+    from localspec.commands.limits import has_gpu_backend
+
+    proc = localspec("run", "hi", "--target", str(tiny_model_path), "--max-tokens", "4",
+                     "--ctx", "100", "--n-gpu-layers", "8", "--threads", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert "note: the context was raised from 100 to 256 tokens" in proc.stderr
+    gpu_note = "note: --n-gpu-layers 8 has no effect: this llama.cpp build runs on the CPU only"
+    assert (gpu_note in proc.stderr) == (not has_gpu_backend())
+    quiet = localspec("run", "hi", "--target", str(tiny_model_path), "--max-tokens", "4",
+                      "--ctx", "512", "--threads", "1")
+    assert "note:" not in quiet.stderr
+
+
+def test_ctrl_c_ends_the_line_and_prints_the_stats(tiny_model_path: Path) -> None:
+    import signal
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "localspec.cli", "run", "once upon a time", "--target",
+         str(tiny_model_path), "--ignore-eos", "--max-tokens", "100000", "--ctx", "65536",
+         "--threads", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None
+    proc.stdout.read(20)  # the text is streaming
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and out.endswith("\n")
+    summary = err.strip().splitlines()[-1]
+    assert summary.startswith("[") and summary.endswith("(interrupted)")
+    n_tokens = int(summary[1:].split()[0])
+    assert 0 < n_tokens < 100000
+
+
+def test_version() -> None:
+    from localspec import __version__
+
+    proc = localspec("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"localspec {__version__} (llama-cpp-python 0.3.36)"

@@ -232,6 +232,8 @@ drafter = "none"
     ('default_pair = "nope"\n', r"default_pair = 'nope' names no \[pairs\] entry"),
     ('[model.x]\nsource = "a.gguf"\n', r"unknown top-level key 'model'"),
     ('[models.x\nsource = "a.gguf"\n', r"is not valid TOML"),
+    ('[models.x]\nsource = "a.gguf"\nkind = "chat"\n', r"\[models\.x\] kind = 'chat' is invalid"),
+    ('[models.x]\nsource = "a.gguf"\ninstruct = "nope"\n', r"instruct = 'nope' names no pair"),
 ])
 def test_invalid_entries_name_file_entry_and_problem(isolated: Path, text: str, match: str
                                                      ) -> None:
@@ -266,6 +268,25 @@ def test_models_command(isolated: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert local["qwen2.5-0.5b-instruct"] and not local["qwen2.5-7b-instruct"]
     pairs = {p["name"]: p for p in data["pairs"]}
     assert not pairs["qwen2.5-7b"]["local"] and pairs["gemma3-270m"]["default"]
+
+
+def test_models_say_base_or_instruct(isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    user_file(isolated, '[models.mine]\nsource = "m.gguf"\nkind = "base"\n')
+    assert run_command(["models"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["PAIR", "TARGET", "KIND", "DRAFTER", "LOCAL"]
+    assert lines[1].split()[:4] == ["gemma3-270m", "(default)", "gemma3-270m", "base"]
+    assert ("gemma3-270m is a base model: it continues text rather than following instructions; "
+            "for an instruct one, run `localspec pull gemma3-1b-it` and use the pair "
+            "gemma3-1b-it.") in lines
+    assert any(line.startswith("mine is a base model: it continues") for line in lines)
+    assert run_command(["models", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    models = {m["name"]: m for m in data["models"]}
+    assert models["gemma3-270m"]["kind"] == "base"
+    assert models["gemma3-270m"]["instruct"] == "gemma3-1b-it"
+    assert models["gemma3-1b-it"]["kind"] == "instruct" and models["mine"]["instruct"] is None
+    assert {p["name"]: p["kind"] for p in data["pairs"]}["gemma3-1b-it"] == "instruct"
 
 
 def test_pull_offline_uncached_fails_clearly(isolated: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -19,6 +20,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from localspec.bench.baseline import BASELINES, Baseline, run_baseline
 from localspec.bench.ceiling import Ceiling, engine_lookup, measure_pass_costs, ngram_ceiling
+from localspec.bench.output import check_outputs, results_path, write_results
+from localspec.bench.progress import LineProgress
 from localspec.bench.report import Report, summarize
 from localspec.bench.runner import PromptRun, run_comparison
 from localspec.bench.synthetic_mode import (
@@ -64,7 +67,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "this pair (default: from nothing, so runs do not depend on history)")
     parser.add_argument("--per-prompt", action="store_true", help="also print one row per prompt")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--plot", help="write a PNG (speedup per category, accepted lengths)")
+    parser.add_argument("--out", help="also write the JSON results to this file (before --plot)")
+    parser.add_argument("--plot", help="write a PNG (speedup per category, accepted lengths); "
+                        "needs localspec[plot]; the JSON results go next to it unless --out")
     parser.add_argument("--baseline", choices=BASELINES,
                         help="also run llama-cpp-python's plain and prompt-lookup generation")
     parser.add_argument("--baseline-num-pred-tokens", type=int, default=None,
@@ -131,14 +136,18 @@ def _ceiling_k_max(drafter: str, params: GenerationParams) -> int | None:
 def _measure(engine: Engine, prompts: list[Prompt], params: GenerationParams,
              args: argparse.Namespace, drafter: str) -> Measured:
     err = Console(stderr=True)
-    with Progress(
-        TextColumn("[progress.description]{task.description}"), BarColumn(),
-        TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(), console=err,
-        transient=True,
-    ) as bar:
-        task = bar.add_task("benchmarking", total=len(prompts) * args.repeat)
-        runs = run_comparison(engine, prompts, params, repeat=args.repeat,
-                              progress=lambda done, _total: bar.update(task, completed=done))
+    if not err.is_terminal:  # a log file or CI: lines with an ETA instead of a live bar
+        lines = LineProgress(sys.stderr)
+        runs = run_comparison(engine, prompts, params, repeat=args.repeat, progress=lines.update)
+    else:
+        with Progress(
+            TextColumn("[progress.description]{task.description}"), BarColumn(),
+            TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(), console=err,
+            transient=True,
+        ) as bar:
+            task = bar.add_task("benchmarking", total=len(prompts) * args.repeat)
+            runs = run_comparison(engine, prompts, params, repeat=args.repeat,
+                                  progress=lambda done, _total: bar.update(task, completed=done))
     k_max = _ceiling_k_max(drafter, params)
     costs = None
     if k_max is not None and runs:
@@ -174,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
                                     "is invalid: use 1 or more.")
     if args.baseline and args.temperature > 0:
         raise InvalidParameterError("--baseline compares greedy decoding: use --temperature 0.")
+    check_outputs(args.out, args.plot)  # before anything runs: a run is never lost to them
     draft_max = _draft_max(args)
     categories = args.categories.split(",") if args.categories else None
     limit = args.limit if args.limit is not None or not args.synthetic else SYNTHETIC_LIMIT
@@ -217,20 +227,29 @@ def _heads(engine: Engine) -> dict[str, str]:
     return {"verify_head": engine.info.verify_head, "draft_head": engine.info.draft_head}
 
 
+def _results(header: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
+    out = {**header, **outcome.report.to_dict()}
+    if outcome.baseline is not None:
+        out["baseline"] = outcome.baseline.to_dict()
+    if outcome.theory is not None:
+        out["theory"] = [row.to_dict() for row in outcome.theory]
+    if outcome.ceiling is not None:
+        out["ngram_ceiling"] = outcome.ceiling.to_dict()
+    return out
+
+
 def _show(args: argparse.Namespace, header: dict[str, Any], outcome: Outcome) -> None:
+    results = _results(header, outcome)
+    path = results_path(args.out, args.plot)
+    if path is not None:  # first: nothing after this can lose the run
+        write_results(path, results)
+        print(f"localspec: results written to {path}", file=sys.stderr)
     if args.plot:
         from localspec.bench.plot import write_plot
 
-        write_plot(outcome.report, args.plot)
+        write_plot(outcome.report, args.plot, header, results_file=path)
     if args.json:
-        out = {**header, **outcome.report.to_dict()}
-        if outcome.baseline is not None:
-            out["baseline"] = outcome.baseline.to_dict()
-        if outcome.theory is not None:
-            out["theory"] = [row.to_dict() for row in outcome.theory]
-        if outcome.ceiling is not None:
-            out["ngram_ceiling"] = outcome.ceiling.to_dict()
-        print(json.dumps(out))
+        print(json.dumps(results))
         return
     console = Console(width=100)  # the main table fits in 100 columns
     wide = Console(width=max(Console().width, 140))

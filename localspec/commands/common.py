@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from localspec.engine import Engine
 from localspec.errors import ModelLoadError
 from localspec.loading import DRAFTER_KEYWORDS, draft_model_path
+from localspec.model_kind import ModelKind
 from localspec.plan_table import parse_size
 from localspec.plan_table import plan_summary as plan_summary  # re-exported for the chat UI
 from localspec.planner import Plan, plan_from_files
@@ -32,6 +33,7 @@ class ModelChoice:
     chat_template: str | None
     label: str  # for display: the pair name or the target file name
     stop: tuple[str, ...] = ()  # the pair's chat stop strings (models.toml)
+    kind: ModelKind = ModelKind()  # base or instruct, as models.toml says (else unknown)
 
 
 def draft_max_arg(text: str) -> DraftMax:
@@ -73,18 +75,20 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, pair_option: bool) -
 
 def choose_models(args: argparse.Namespace) -> ModelChoice:
     """Combine models.toml with --target/--draft (files named on the command line win)."""
-    from localspec import registry
+    from localspec.registry import load_registry
 
+    known = load_registry()
     if args.target:
-        target = str(registry.resolve_model(args.target))
-        drafter = registry.resolve_drafter(args.draft or "ngram")
-        return ModelChoice(target, drafter, args.ctx or 4096, "auto", None, None, args.target)
-    pair = registry.resolve_pair(args.pair)
-    drafter = registry.resolve_drafter(args.draft) if args.draft else pair.drafter
+        target = str(known.resolve_model(args.target))
+        drafter = known.resolve_drafter(args.draft or "ngram")
+        return ModelChoice(target, drafter, args.ctx or 4096, "auto", None, None, args.target,
+                           kind=known.kind_of(args.target))
+    pair = known.resolve_pair(args.pair)
+    drafter = known.resolve_drafter(args.draft) if args.draft else pair.drafter
     return ModelChoice(
         str(pair.target), drafter, args.ctx or pair.n_ctx, pair.draft_max, pair.temperature,
         pair.chat_template, pair.name,
-        stop=pair.stop,
+        stop=pair.stop, kind=known.kind_of(known.pair(pair.name).target),
     )
 
 

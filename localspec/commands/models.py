@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from localspec.model_kind import ModelKind
 from localspec.registry import Registry, load_registry
 
 
@@ -29,6 +30,10 @@ def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
     )
 
 
+def _kind(kind: str | None) -> str:
+    return kind if kind and kind != "unknown" else "-"
+
+
 def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
@@ -42,12 +47,14 @@ def listing(registry: Registry) -> dict[str, Any]:
     """Everything `localspec models` shows, as plain data."""
     models = [
         {"name": m.name, "source": str(m.source), "description": m.description,
-         "local": registry.is_local(m.name)}
+         "local": registry.is_local(m.name), "kind": m.kind or None,
+         "instruct": m.instruct or None}
         for m in registry.models.values()
     ]
     pairs = [
         {"name": p.name, "target": p.target, "drafter": p.drafter, "draft_max": p.draft_max,
          "n_ctx": p.n_ctx, "temperature": p.temperature, "default": p.name == registry.default_pair,
+         "kind": registry.kind_of(p.target).kind,
          "local": _pair_local(registry, p.target, p.drafter), "description": p.description}
         for p in registry.pairs.values()
     ]
@@ -60,12 +67,16 @@ def handler(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
-    pair_rows = [(p["name"] + (" (default)" if p["default"] else ""), p["target"], p["drafter"],
-                  _yes(p["local"])) for p in data["pairs"]]
-    model_rows = [(m["name"], _yes(m["local"]), m["source"]) for m in data["models"]]
-    print(_table(("PAIR", "TARGET", "DRAFTER", "LOCAL"), pair_rows))
+    pair_rows = [(p["name"] + (" (default)" if p["default"] else ""), p["target"],
+                  _kind(p["kind"]), p["drafter"], _yes(p["local"])) for p in data["pairs"]]
+    model_rows = [(m["name"], _kind(m["kind"]), _yes(m["local"]), m["source"])
+                  for m in data["models"]]
+    print(_table(("PAIR", "TARGET", "KIND", "DRAFTER", "LOCAL"), pair_rows))
     print()
-    print(_table(("MODEL", "LOCAL", "SOURCE"), model_rows))
+    print(_table(("MODEL", "KIND", "LOCAL", "SOURCE"), model_rows))
     print()
+    for model in data["models"]:
+        if model["kind"] == "base":
+            print(f"{model['name']} is {ModelKind('base', model['instruct'] or '').advice()}.")
     print("from " + ", ".join(data["files"]) + "; `localspec pull NAME` downloads a model or pair.")
     return 0

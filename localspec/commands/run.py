@@ -1,16 +1,34 @@
-"""`localspec run`: generate once from a prompt, streaming text or printing one JSON object."""
+"""`localspec run`: generate once from a prompt, streaming text or printing one JSON object.
+
+``--chat`` sends the prompt as one user turn (after ``--system``) through the chat template (the
+pair's from models.toml, else the GGUF's, else ChatML), so an instruct model answers it.
+Ctrl+C stops the generation within one step, ends the line and prints the stats so far.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
+from dataclasses import asdict, replace
+from typing import Any
 
-from localspec.commands.common import add_model_arguments, choose_models, draft_max_arg, load_engine
+from localspec.chat_template import chat_format, chat_tokens
+from localspec.commands.common import (
+    ModelChoice,
+    add_model_arguments,
+    choose_models,
+    draft_max_arg,
+    load_engine,
+)
+from localspec.commands.limits import limit_notes
 from localspec.engine import Engine
 from localspec.errors import InvalidParameterError
 from localspec.learned import LearnedKey, learned_path, load_learned, save_learned
-from localspec.types import GenerationParams, GenerationStats
+from localspec.types import GenerationParams, GenerationResult, GenerationStats
+
+INTERRUPTED = 130  # the shell's code for a process ended by Ctrl+C
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -22,6 +40,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("prompt", help="the prompt text, or - to read it from standard input")
     add_model_arguments(parser, pair_option=True)
     parser.add_argument(
+        "--chat", action="store_true",
+        help="send PROMPT as a user message through the model's chat template",
+    )
+    parser.add_argument("--system", help="a system message (with --chat)")
+    parser.add_argument(
         "--draft-max", type=draft_max_arg, default=None, help="longest draft per step, or auto"
     )
     parser.add_argument("--max-tokens", type=int, default=256)
@@ -31,7 +54,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--top-k", type=int, default=40)
     parser.add_argument("--top-p", type=float, default=0.95)
     parser.add_argument("--min-p", type=float, default=0.05)
-    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: random, "
+                        "shown by --json)")
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     parser.add_argument(
         "--ignore-eos", action="store_true", help="generate exactly --max-tokens tokens"
@@ -48,9 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    prompt = _read_stdin() if args.prompt == "-" else args.prompt
-    choice = choose_models(args)
+def _params(args: argparse.Namespace, choice: ModelChoice) -> GenerationParams:
     temperature = args.temperature
     if temperature is None:
         temperature = choice.temperature if choice.temperature is not None else 0.8
@@ -60,42 +82,102 @@ def run(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         top_p=args.top_p,
         min_p=args.min_p,
-        seed=args.seed,
+        # a random seed is drawn here, not in the engine, so that --json can report it
+        seed=args.seed if args.seed is not None else random.getrandbits(63),
         stop=tuple(args.stop),
         draft_max=args.draft_max if args.draft_max is not None else choice.draft_max,
         speculative=not args.no_speculation,
         ignore_eos=args.ignore_eos,
     )
     params.validate()  # before the (slow) model load
+    return params
+
+
+def _chat_prompt(engine: Engine, choice: ModelChoice, text: str, system: str | None,
+                 params: GenerationParams) -> tuple[list[int], GenerationParams]:
+    """The prompt as one user turn through the chat template, and the template's stop strings."""
+    info = engine.info
+    form = chat_format(info.chat_template, choice.chat_template, choice.stop)
+    messages = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": text})
+    tokens = chat_tokens(form.template, messages, info, engine.tokenize)
+    return tokens, replace(params, stop=(*params.stop, *form.stop))
+
+
+def _note(text: str) -> None:
+    print(f"localspec: note: {text}", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.system is not None and not args.chat:
+        raise InvalidParameterError("--system only applies to chat mode: add --chat, or write "
+                                    "the instruction into the prompt.")
+    text = _read_stdin() if args.prompt == "-" else args.prompt
+    choice = choose_models(args)
+    params = _params(args, choice)
     with load_engine(args, choice) as engine:
         stats_path = learned_path(LearnedKey.of(engine.options))
         saved = None if args.reset_stats else load_learned(stats_path)
         if saved is not None:
             engine.restore_learned(saved)
         try:
-            return _generate(args, engine, prompt, params, used_saved=saved is not None)
+            return _generate(args, engine, choice, text, params, used_saved=saved is not None)
         finally:
             if params.speculative:
                 save_learned(stats_path, engine.learned())
 
 
-def _generate(args: argparse.Namespace, engine: Engine, prompt: str, params: GenerationParams,
-              *, used_saved: bool) -> int:
+def _generate(args: argparse.Namespace, engine: Engine, choice: ModelChoice, text: str,
+              params: GenerationParams, *, used_saved: bool) -> int:
+    for note in limit_notes(args, choice.n_ctx, engine.info):
+        _note(note)
+    prompt: str | list[int] = text
+    if args.chat:
+        kind = choice.kind.with_template_hint(engine.info.chat_template is not None)
+        if kind.advice():
+            _note(f"{choice.label} is {kind.advice()}.")
+        prompt, params = _chat_prompt(engine, choice, text, args.system, params)
     if args.json:
         result = engine.generate(prompt, params)
-        print(json.dumps({**result.to_dict(), "saved_stats_used": used_saved}, ensure_ascii=False))
+        pair = None if args.target else choice.label
+        out = {**json_output(result, engine, params, pair), "saved_stats_used": used_saved}
+        print(json.dumps(out, ensure_ascii=False))
         return 0
+    return _stream(engine, prompt, params)
+
+
+def _stream(engine: Engine, prompt: str | list[int], params: GenerationParams) -> int:
+    """Print the text as it comes; Ctrl+C stops the engine, ends the line, prints the stats."""
     handle = engine.submit(prompt, params)
+    interrupted = False
     try:
         for chunk in handle:
             sys.stdout.write(chunk.text)
             sys.stdout.flush()
+    except KeyboardInterrupt:
+        interrupted = True
     finally:
-        handle.cancel()  # Ctrl-C: stop the engine within one step
+        handle.cancel()  # stop the engine within one step
+    stats = handle.result().stats
     sys.stdout.write("\n")
     sys.stdout.flush()
-    print(summary_line(handle.result().stats, engine.info.drafter), file=sys.stderr)
-    return 0
+    line = summary_line(stats, engine.info.drafter)
+    print(line + (" (interrupted)" if interrupted else ""), file=sys.stderr)
+    return INTERRUPTED if interrupted else 0
+
+
+def json_output(result: GenerationResult, engine: Engine, params: GenerationParams,
+                pair: str | None) -> dict[str, Any]:
+    """`run --json`: the result plus what produced it (models, seed, sampling parameters)."""
+    sampling = {key: value for key, value in asdict(params).items() if key != "reuse_cache"}
+    sampling["stop"] = list(params.stop)
+    return {
+        **result.to_dict(),
+        "target": engine.info.target_path,
+        "drafter": engine.info.drafter,
+        "pair": pair,
+        "params": sampling,
+    }
 
 
 def _read_stdin() -> str:

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from localspec.commands.common import ModelChoice, add_model_arguments, choose_models, load_engine
+from localspec.commands.limits import limit_notes
 from localspec.errors import InvalidParameterError, LocalspecError
 from localspec.server.options import ServerOptions
 from localspec.types import GenerationParams
@@ -92,6 +93,8 @@ def run_serve(args: argparse.Namespace) -> int:
         choice = choose_models(args)
         _warn_if_exposed(args.host, args.api_key)
         with load_engine(args, choice) as engine:
+            for note in limit_notes(args, choice.n_ctx, engine.info):
+                print(f"localspec: note: {note}", file=sys.stderr)
             app = create_app(
                 engine,
                 options,

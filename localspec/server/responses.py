@@ -14,10 +14,13 @@ from localspec.types import GenerationResult, GenerationStats, Provenance
 Kind = Literal["chat", "completion"]
 
 
-def usage_of(stats: GenerationStats, prompt_tokens: int) -> dict[str, int]:
-    prompt = stats.prompt_tokens or prompt_tokens
+def usage_of(result: GenerationResult, prompt_tokens: int) -> dict[str, int]:
+    """completion_tokens: the tokens whose text the client receives (not those a stop string
+    cut)."""
+    prompt = result.stats.prompt_tokens or prompt_tokens
+    completion = result.completion_tokens
     return Usage(
-        prompt_tokens=prompt, completion_tokens=stats.n_tokens, total_tokens=prompt + stats.n_tokens
+        prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
     ).model_dump()
 
 

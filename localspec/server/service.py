@@ -172,7 +172,7 @@ class Service:
             extension["provenance"] = provenance_of(
                 result.tokens, result.provenance, self._piece
             )
-        usage = usage_of(result.stats, len(call.prepared.tokens))
+        usage = usage_of(result, len(call.prepared.tokens))
         return JSONResponse(call.shape.full(result, usage, extension))
 
     def _piece(self, token: int) -> str:
@@ -248,7 +248,7 @@ class Service:
         )
         if not call.request.include_usage:
             return [final]
-        usage = usage_of(result.stats, len(call.prepared.tokens))
+        usage = usage_of(result, len(call.prepared.tokens))
         return [final, call.shape.usage_chunk(usage, extension)]
 
 

@@ -15,7 +15,6 @@ def module(name: str) -> ModuleType:
 
 ChatApp = module("app").ChatApp
 ChatSettings = module("settings").ChatSettings
-PassCostClock = module("metrics").PassCostClock
 ReplyMetrics = module("metrics").ReplyMetrics
 EngineClock = module("metrics").EngineClock
 Conversation = module("conversation").Conversation

@@ -15,7 +15,8 @@ from textual.widgets import Input
 from localspec.engine import Engine
 from localspec.types import GenerationParams
 
-from .chatui import ChatApp, ChatScreen, ChatSettings, PassCostClock
+from .chatui import ChatApp, ChatScreen, ChatSettings
+from .clock import PassCostClock
 
 REPLY_TIMEOUT = 60.0  # generous: the suite may share a busy machine
 

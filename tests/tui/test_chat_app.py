@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from argparse import Namespace
 from pathlib import Path
 
 import pytest
 from textual.widgets import Input
 
+from localspec.commands.limits import limit_notes
 from localspec.engine import Engine
+from localspec.model_kind import ModelKind
 
 from .chatui import (
     AssistantMessage,
     ChatApp,
+    ChatSettings,
     Conversation,
     ErrorScreen,
     HelpScreen,
@@ -72,7 +76,7 @@ async def test_reply_streams_into_transcript_and_stats_change(chat_engine: Engin
         assert screen.conversation.messages[-1] == {"role": "assistant", "content": expected}
         after = status_text(app)
         assert after != before
-        assert "tok/s*" in after and "-  tok/s" not in after
+        assert "tok/s" in after and "-  tok/s" not in after
         stats = screen.metrics.stats
         assert stats.n_tokens == 24 and stats.drafted > 0
         assert f"τ {stats.mean_accepted_length:4.2f}" in after
@@ -240,3 +244,82 @@ async def test_loader_success_opens_the_chat(tiny_model_path: Path) -> None:
         await wait_for(pilot, lambda: app.chat_screen is app.screen, "the chat screen")
         await wait_for(pilot, lambda: "tiny-target + none" in status_text(app), "the status bar")
     assert app.engine is not None and app.owns_engine
+
+
+# ---- welcome line, limits, status bar at 80 columns, colours, help -----------------------
+
+
+def screen_lines(app: ChatApp) -> list[str]:
+    return [strip.text.rstrip() for strip in app.screen._compositor.render_strips()]
+
+
+async def test_welcome_line_names_model_kind_drafter_and_keys(chat_engine: Engine) -> None:
+    base = ModelKind("base", "gemma3-1b-it")
+    app = ChatApp(chat_engine, settings=ChatSettings(), kind=base, pair="tiny-pair",
+                  notes=lambda info: limit_notes(Namespace(n_gpu_layers=None), 100, info))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        notices = [n.text for n in chat_screen(app).query(Notice)]
+        assert notices[0] == ("tiny-target (base model) drafted by ngram. Enter sends · F1 help "
+                              "· F2 speculation · F5 colours · Esc stops · Ctrl+Q quits.")
+        assert notices[1].startswith("tiny-pair is a base model: it continues text")
+        assert "`localspec pull gemma3-1b-it`" in notices[1]
+        assert notices[2] == ("the context was raised from 100 to 2048 tokens: llama.cpp sizes "
+                              "it in steps of 256 tokens.")
+    guessed = make_app(chat_engine)  # no models.toml entry: the GGUF has a chat template
+    async with guessed.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        notices = [n.text for n in chat_screen(guessed).query(Notice)]
+        assert notices[0].startswith("tiny-target (instruct model?) drafted by ngram.")
+        assert len(notices) == 1
+
+
+async def test_status_bar_keeps_numbers_ctx_and_legend_at_80_columns(chat_engine: Engine) -> None:
+    app = make_app(chat_engine, max_tokens=8)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await send(pilot, "Hello")
+        await wait_for_replies(pilot)
+        await pilot.press("f5")
+        await pilot.pause()
+        first, second = status_text(app).splitlines()
+        assert "tok/s" in first and "accept" in first and "τ" in first and "spec ON" in first
+        assert "ctx " in second and second.endswith("colours: ■ draft ■ target")
+        assert "mem " not in second  # the memory plan gave way at 80 columns
+        bar = chat_screen(app).query_one(StatusBar)
+        wide = str(bar.build(None, app.settings, False, True, 10, width=140)).splitlines()[1]
+        assert "mem " in wide and "tiny-target + ngram" in wide
+        narrow = bar.build(None, app.settings, False, True, 10, width=30)
+        assert all(len(line) <= 30 for line in str(narrow).splitlines())
+        assert str(narrow).splitlines()[1].startswith("colours: ■ draft")
+
+
+async def test_colours_on_do_not_move_old_replies(chat_engine: Engine) -> None:
+    app = make_app(chat_engine, max_tokens=40)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await send(pilot, "abc abc abc abc")
+        await wait_for_replies(pilot)
+        reply = chat_screen(app).query_one(AssistantMessage)
+        await reply.replace_text("A list:\n\n- one\n- two\n\n1. first\n\n```\ncode\n```\n\n# Title")
+        await pilot.pause()
+        before = screen_lines(app)
+        await pilot.press("f5")
+        await pilot.pause()
+        after = screen_lines(app)
+        assert reply.has_class("-provenance")
+        body = [i for i, line in enumerate(before) if "- one" in line or "```" in line]
+        assert len(body) == 3  # shown as written, not re-rendered as Markdown
+        bottom = chat_screen(app).query_one("#transcript").region.bottom
+        assert before[:bottom] == after[:bottom]  # the transcript, line for line
+
+
+@pytest.mark.parametrize("size, hint", [((80, 24), "scroll"), ((120, 70), "Esc closes")])
+async def test_help_says_when_it_scrolls(chat_engine: Engine, size: tuple[int, int],
+                                         hint: str) -> None:
+    app = make_app(chat_engine)
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("f1")
+        await pilot.pause(0.2)
+        box = app.screen.query_one("#help-box")
+        assert isinstance(app.screen, HelpScreen)
+        assert hint in str(box.border_subtitle)
+        assert ("scroll" in str(box.border_subtitle)) == (box.max_scroll_y > 0)

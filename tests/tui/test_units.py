@@ -15,7 +15,6 @@ from .chatui import (
     ChatSettings,
     Conversation,
     EngineClock,
-    PassCostClock,
     ProvenanceTracker,
     ReplyMetrics,
     cli,
@@ -23,6 +22,7 @@ from .chatui import (
     settings_module,
     spark_text,
 )
+from .clock import PassCostClock
 
 
 def test_settings_cycle_and_params() -> None:
@@ -59,7 +59,6 @@ def test_metrics_with_a_fixed_pass_cost() -> None:
     metrics.update(1, GenerationStats(n_tokens=4, drafted=3, accepted=2, target_passes=2))
     assert metrics.rolling_tokens_per_second == pytest.approx(4 / 0.04)
     assert metrics.acceptance_history == pytest.approx([2 / 3, 0.0])
-    assert metrics.modelled and not EngineClock.modelled
     metrics.reset()
     assert metrics.segments == 2 and metrics.stats.n_tokens == 0
 

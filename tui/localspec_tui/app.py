@@ -8,9 +8,11 @@ from textual.app import App
 
 from localspec.engine import Engine
 from localspec.errors import LocalspecError
+from localspec.model_kind import ModelKind
+from localspec.types import EngineInfo
 
 from .metrics import EngineClock, StepClock
-from .model_info import memory_summary, pair_label
+from .model_info import memory_summary, pair_label, welcome_lines
 from .screens.chat import ChatScreen
 from .screens.error import ErrorScreen
 from .screens.loading import LoadingScreen
@@ -25,7 +27,7 @@ class ChatApp(App[None]):
 
     With a loader, loading runs on a worker thread behind a loading screen; a failure shows
     the error screen with the error's sentence (no traceback), and the app owns (and closes)
-    the engine it loaded. ``clock`` is the step clock for tokens/s (tests pass a fixed one).
+    the engine it loaded. ``clock`` times the steps for tokens/s (default: the engine's own).
     """
 
     CSS_PATH = "chat.tcss"
@@ -44,6 +46,8 @@ class ChatApp(App[None]):
         chat_template: str | None = None,
         chat_stop: tuple[str, ...] = (),
         loading_label: str = "the models",
+        kind: ModelKind | None = None,
+        notes: Callable[[EngineInfo], list[str]] | None = None,
     ) -> None:
         super().__init__()
         if (engine is None) == (loader is None):
@@ -57,6 +61,8 @@ class ChatApp(App[None]):
         self.chat_template = chat_template  # overrides the GGUF's template when given
         self.chat_stop = chat_stop  # strings that end a reply under that template
         self.loading_label = loading_label
+        self.kind = kind or ModelKind()  # base or instruct, from models.toml when it says
+        self.notes = notes  # sentences about limits (a context llama.cpp enlarged, ...)
         self.owns_engine = False
         self.load_error: str | None = None
 
@@ -82,8 +88,11 @@ class ChatApp(App[None]):
             memory=self.memory or memory_summary(info),
             n_ctx=info.n_ctx,
         )
+        notes = self.notes(info) if self.notes is not None else []
+        welcome = welcome_lines(info, model, self.kind, self.pair)
         return ChatScreen(
-            engine, self.settings, self.clock, model, self.chat_template, self.chat_stop
+            engine, self.settings, self.clock, model, self.chat_template, self.chat_stop,
+            [*welcome, *notes],
         )
 
     def _load(self) -> None:  # worker thread

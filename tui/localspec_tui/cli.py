@@ -64,6 +64,7 @@ def resolve_models(args: argparse.Namespace) -> ModelChoice:
 
 def run_chat(args: argparse.Namespace) -> int:
     from localspec.commands.common import load_engine, plan_choice, plan_summary
+    from localspec.commands.limits import limit_notes
     from localspec.engine import Engine
 
     from .app import ChatApp
@@ -85,6 +86,8 @@ def run_chat(args: argparse.Namespace) -> int:
         chat_template=choice.chat_template,
         chat_stop=choice.stop,
         loading_label=choice.target,
+        kind=choice.kind,
+        notes=lambda info: limit_notes(args, choice.n_ctx, info),
     )
     app.run()
     return 1 if app.load_error else 0

@@ -10,7 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from localspec.chat_template import ChatFormat, chat_format, fit_history, render_chat
+from localspec.chat_template import (
+    ChatFormat,
+    chat_format,
+    chat_tokens,
+    fit_history,
+    render_chat,
+)
 from localspec.errors import PromptTooLongError
 from localspec.types import EngineInfo
 
@@ -71,9 +77,7 @@ class Conversation:
         budget = info.n_ctx - reserve
 
         def encode(messages: list[dict[str, str]]) -> list[int]:
-            text = self.render(info, messages)
-            add_bos = not (info.bos_text and text.startswith(info.bos_text))
-            return tokenize(text, add_bos, True)
+            return chat_tokens(self.template_for(info), messages, info, tokenize)
 
         kept, dropped = fit_history(self.history(), lambda m: len(encode(m)), budget)
         if dropped:

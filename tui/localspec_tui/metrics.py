@@ -1,10 +1,8 @@
 """Live statistics of the reply being generated: rolling tokens/s and per-step acceptance.
 
-Durations come from a *step clock*. The real one reads the engine's own timing
-(``GenerationStats.generation_seconds``, which excludes prompt processing, docs/design.md,
-"Benchmarks"). Tests and screenshots use :class:`PassCostClock`, a fixed cost per target
-verification pass: the numbers it gives still follow the real speculation (more tokens per pass ->
-more tokens/s), only the wall-clock noise is gone. The status bar marks such numbers as modelled.
+Durations come from a *step clock*: the engine's own timing (``GenerationStats.
+generation_seconds``, which excludes prompt processing, docs/design.md, "Benchmarks") unless the
+app is given another ``StepClock`` (the tests give one with a fixed cost per target pass).
 """
 
 from __future__ import annotations
@@ -22,30 +20,14 @@ SPARK_POINTS = 240  # per-step history kept for the sparklines
 class StepClock(Protocol):
     """Seconds spent by one speculative step, between two running-stats snapshots."""
 
-    modelled: bool
-
     def step_seconds(self, before: GenerationStats, after: GenerationStats) -> float: ...
 
 
 class EngineClock:
-    """The engine's measured generation time (the honest, default clock)."""
-
-    modelled = False
+    """The engine's measured generation time (the default clock)."""
 
     def step_seconds(self, before: GenerationStats, after: GenerationStats) -> float:
         return max(0.0, after.generation_seconds - before.generation_seconds)
-
-
-@dataclass
-class PassCostClock:
-    """Test hook: every target verification pass costs ``seconds_per_pass``."""
-
-    seconds_per_pass: float = 0.02
-    modelled: bool = True
-
-    def step_seconds(self, before: GenerationStats, after: GenerationStats) -> float:
-        passes = max(1, after.target_passes - before.target_passes)
-        return passes * self.seconds_per_pass
 
 
 @dataclass
@@ -92,7 +74,3 @@ class ReplyMetrics:
     @property
     def average_tokens_per_second(self) -> float:
         return self.tokens / self.total_seconds if self.total_seconds > 0 else 0.0
-
-    @property
-    def modelled(self) -> bool:
-        return self.clock.modelled

@@ -1,11 +1,16 @@
-"""Short descriptions of what is loaded, for the status bar."""
+"""Short descriptions of what is loaded, for the status bar and the welcome line."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from localspec.loading import HYBRID_PREFIX, draft_model_path
+from localspec.model_kind import ModelKind
 from localspec.types import EngineInfo
+
+from .widgets.status import ModelLine
+
+KEYS = "Enter sends · F1 help · F2 speculation · F5 colours · Esc stops · Ctrl+Q quits"
 
 KEYWORD_DRAFTERS = ("ngram", "none")
 
@@ -20,6 +25,18 @@ def drafter_label(info: EngineInfo) -> str:
 
 def pair_label(info: EngineInfo) -> str:
     return f"{info.target_name} + {drafter_label(info)}"
+
+
+def welcome_lines(info: EngineInfo, model: ModelLine, kind: ModelKind,
+                  pair: str | None) -> list[str]:
+    """The chat's first lines: the model (base or instruct), the drafter and the keys; for a
+    base model, what to pull for an instruct one."""
+    kind = kind.with_template_hint(info.chat_template is not None)
+    label = f" ({kind.label})" if kind.label else ""
+    lines = [f"{info.target_name}{label} drafted by {drafter_label(info)}. {KEYS}."]
+    if kind.advice():
+        lines.append(f"{pair or info.target_name} is {kind.advice()}.")
+    return lines
 
 
 def memory_summary(info: EngineInfo) -> str:

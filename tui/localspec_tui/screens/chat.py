@@ -46,8 +46,10 @@ class ChatScreen(Screen[None]):
         model: ModelLine,
         chat_template: str | None = None,
         chat_stop: tuple[str, ...] = (),
+        welcome: list[str] | None = None,
     ) -> None:
         super().__init__()
+        self.welcome = welcome or []  # the first notices: model, drafter, keys, limits
         self.engine = engine
         self.settings = settings
         self.clock = clock
@@ -71,6 +73,8 @@ class ChatScreen(Screen[None]):
 
     async def on_mount(self) -> None:
         self.query_one(Input).focus()
+        for line in self.welcome:
+            await self.notice(line)
         if self.settings.system_prompt:
             await self.notice(f"System prompt: {self.settings.system_prompt}")
         self.refresh_status()
@@ -207,8 +211,7 @@ class ChatScreen(Screen[None]):
         stats, metrics = message.stats, self.metrics
         parts = [f"{metrics.tokens if metrics else stats.n_tokens} tokens"]
         if metrics is not None and metrics.total_seconds > 0:
-            unit = "tok/s*" if metrics.modelled else "tok/s"
-            parts.append(f"{metrics.average_tokens_per_second:.1f} {unit}")
+            parts.append(f"{metrics.average_tokens_per_second:.1f} tok/s")
         if stats.drafted:
             parts.append(f"accept {stats.acceptance_rate:.0%}")
         if stats.target_passes:

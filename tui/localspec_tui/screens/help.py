@@ -33,24 +33,46 @@ Commands: `/temp 0.7`, `/k 4`, `/k auto`, `/spec on|off`, `/system TEXT`,
 `/max 256`, `/new`, `/copy`, `/colours`, `/help`, `/quit`.
 
 **Status bar.** *tok/s*: generated tokens per second over the last steps, without prompt
-processing (`tok/s*`: a fixed cost per target pass, used by tests). *accept*: accepted / drafted
+processing. *accept*: accepted / drafted
 tokens. *τ*: tokens per target pass (1.00 = plain decoding). *k*: the draft length (`auto·4`:
 the controller chose 4 in the last step). *ctx*: tokens in the context.
 
-**Provenance colours.** Green characters came from accepted draft tokens; amber ones the
-target wrote itself (a correction after a rejection, or the bonus token after a fully
-accepted draft). The sparklines show tokens/s and the acceptance of each step of the reply.
+**Provenance colours** (F5; the status bar shows the legend `■ draft ■ target`). Green
+characters came from accepted draft tokens; amber ones the target wrote itself (a correction
+after a rejection, or the bonus token after a fully accepted draft). Replies are shown as the
+model wrote them, Markdown included, so colours on or off never move the text. The
+sparklines show tokens/s and the acceptance of each step of the reply.
 """
 
 
+SCROLL_HINT = "↑↓ PgUp PgDn scroll · Esc closes"
+CLOSE_HINT = "Esc closes"
+
+
 class HelpScreen(ModalScreen[None]):
+    """The help in a box; when it is taller than the terminal the box's bottom edge says that
+    it scrolls (and the keys that scroll it)."""
+
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,f1,q", "dismiss", "Close"),
     ]
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(id="help-box"):
+        box = VerticalScroll(id="help-box")
+        box.border_title = "Help"
+        box.border_subtitle = SCROLL_HINT
+        with box:
             yield Markdown(HELP)
+
+    def on_mount(self) -> None:
+        self.call_after_refresh(self.update_hint)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.update_hint)
+
+    def update_hint(self) -> None:
+        box = self.query_one("#help-box", VerticalScroll)
+        box.border_subtitle = SCROLL_HINT if box.max_scroll_y > 0 else CLOSE_HINT
 
     def action_dismiss(self, result: None = None) -> None:  # type: ignore[override]
         self.dismiss(None)

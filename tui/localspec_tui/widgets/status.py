@@ -21,12 +21,18 @@ class ModelLine:
     n_ctx: int
 
 
+Segment = tuple[int, Text]  # (priority: 0 is kept longest, larger numbers go first), text
+
+
 class StatusBar(Static):
-    """Two lines; ``show`` redraws them from the metrics and settings."""
+    """Two lines; ``show`` redraws them from the metrics and settings. When the terminal is
+    narrow, the least important parts go first (line 1: temperature, then k; line 2: the
+    memory plan, then the pair), so the numbers, ``ctx`` and the colour legend stay."""
 
     def __init__(self, model: ModelLine, *, id: str | None = None) -> None:  # noqa: A002
         super().__init__(id=id)
         self.model = model
+        self._last: tuple[ReplyMetrics | None, ChatSettings, bool, bool, int] | None = None
 
     def show(
         self,
@@ -37,7 +43,12 @@ class StatusBar(Static):
         provenance: bool,
         context_used: int = 0,
     ) -> None:
+        self._last = (metrics, settings, generating, provenance, context_used)
         self.update(self.build(metrics, settings, generating, provenance, context_used))
+
+    def on_resize(self) -> None:
+        if self._last is not None:
+            self.update(self.build(*self._last))
 
     def build(
         self,
@@ -46,50 +57,60 @@ class StatusBar(Static):
         generating: bool,
         provenance: bool,
         context_used: int,
+        width: int | None = None,
     ) -> Text:
-        line = Text(no_wrap=True, overflow="ellipsis")
-        line.append("● " if generating else "○ ", "bold green" if generating else "dim")
-        stats = metrics.stats if metrics else None
-        if metrics is not None and metrics.steps:
-            unit = "tok/s*" if metrics.modelled else "tok/s"
-            line.append(f"{metrics.rolling_tokens_per_second:5.1f}", "bold")
-            line.append(f" {unit}")
-        else:
-            line.append("  -  tok/s")
-        _sep(line)
-        speculating = stats is not None and stats.drafted > 0
-        line.append("accept ")
-        line.append(f"{stats.acceptance_rate:4.0%}" if speculating and stats else "  - ", "bold")
-        _sep(line)
-        line.append("τ ")
-        tau = stats.mean_accepted_length if stats and stats.target_passes else 0.0
-        line.append(f"{tau:4.2f}" if tau else "  - ", "bold")
-        _sep(line)
-        k = settings.draft_label()
-        if settings.draft_max == "auto" and stats is not None and stats.target_passes:
-            k = f"auto·{stats.draft_max}"
-        line.append(f"k {k}")
-        _sep(line)
-        line.append(f"T {settings.temperature:g}")
-        _sep(line)
-        if settings.speculative:
-            line.append("spec ON", "bold green")
-        else:
-            line.append("spec OFF", "bold yellow")
-
-        second = Text(no_wrap=True, overflow="ellipsis")
-        second.append(self.model.pair, "bold")
-        _sep(second)
-        second.append(self.model.memory)
-        _sep(second)
-        second.append(f"ctx {context_used}/{self.model.n_ctx}")
-        if provenance:
-            _sep(second)
-            second.append("■ draft", "bold green")
-            second.append(" ")
-            second.append("■ target", "bold #e0a040")
-        return Text("\n").join([line, second])
+        if width is None:
+            width = self.content_size.width or 78
+        first = fit(numbers_line(metrics, settings, generating), width)
+        second = fit(model_line(self.model, provenance, context_used), width)
+        return Text("\n").join([first, second])
 
 
-def _sep(text: Text) -> None:
-    text.append(" │ ", "dim")
+def numbers_line(metrics: ReplyMetrics | None, settings: ChatSettings,
+                 generating: bool) -> list[Segment]:
+    rate = Text()
+    rate.append("● " if generating else "○ ", "bold green" if generating else "dim")
+    if metrics is not None and metrics.steps:
+        rate.append(f"{metrics.rolling_tokens_per_second:5.1f}", "bold")
+        rate.append(" tok/s")
+    else:
+        rate.append("  -  tok/s")
+    stats = metrics.stats if metrics else None
+    speculating = stats is not None and stats.drafted > 0
+    accept = Text("accept ").append(
+        f"{stats.acceptance_rate:4.0%}" if speculating and stats else "  - ", "bold")
+    tau_value = stats.mean_accepted_length if stats and stats.target_passes else 0.0
+    tau = Text("τ ").append(f"{tau_value:4.2f}" if tau_value else "  - ", "bold")
+    k = settings.draft_label()
+    if settings.draft_max == "auto" and stats is not None and stats.target_passes:
+        k = f"auto·{stats.draft_max}"
+    spec = (Text("spec ON", "bold green") if settings.speculative
+            else Text("spec OFF", "bold yellow"))
+    return [(0, rate), (1, accept), (1, tau), (3, Text(f"k {k}")),
+            (4, Text(f"T {settings.temperature:g}")), (0, spec)]
+
+
+def model_line(model: ModelLine, provenance: bool, context_used: int) -> list[Segment]:
+    segments: list[Segment] = [(3, Text(model.pair, "bold")), (4, Text(model.memory)),
+                               (1, Text(f"ctx {context_used}/{model.n_ctx}"))]
+    if provenance:
+        legend = Text("colours: ")
+        legend.append("■ draft", "bold green").append(" ").append("■ target", "bold #e0a040")
+        segments.append((0, legend))
+    return segments
+
+
+def fit(segments: list[Segment], width: int) -> Text:
+    """The segments joined by separators, dropping the least important until they fit; what
+    still does not fit ends in an ellipsis."""
+    kept = list(segments)
+    while len(kept) > 1 and _joined(kept).cell_len > width:
+        kept.remove(max(reversed(kept), key=lambda segment: segment[0]))
+    line = _joined(kept)
+    line.no_wrap, line.overflow = True, "ellipsis"
+    line.truncate(width, overflow="ellipsis")
+    return line
+
+
+def _joined(segments: list[Segment]) -> Text:
+    return Text(" │ ", "dim").join(text for _, text in segments)

@@ -8,8 +8,7 @@ from typing import ClassVar
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
-from textual.widgets import Markdown, Static
-from textual.widgets.markdown import MarkdownStream
+from textual.widgets import Static
 
 from ..provenance import Span, merge_spans
 
@@ -22,6 +21,9 @@ _CONTROL = MappingProxyType(
 
 def printable(text: str) -> str:
     return text.translate(_CONTROL)
+
+
+RENDER_INTERVAL = 0.1  # seconds between two redraws of a streaming reply
 
 
 class UserMessage(Static):
@@ -41,7 +43,8 @@ class Notice(Static):
 
 
 class AssistantMessage(Vertical):
-    """A reply: Markdown while streaming, or token provenance colours when toggled on."""
+    """A reply, shown as the model wrote it (Markdown source included), so that turning the
+    provenance colours on or off only recolours it: no line moves or changes its indent."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"assistant--draft", "assistant--target"}
 
@@ -51,63 +54,47 @@ class AssistantMessage(Vertical):
         self.spans: list[Span] = []
         self.show_provenance = show_provenance
         self.streaming = True
-        self._stream: MarkdownStream | None = None
+        self._render_pending = False
 
     def compose(self) -> ComposeResult:
-        yield Markdown(classes="body")
-        yield Static(classes="provenance")
+        yield Static(classes="body")
         yield Static(classes="meta")
 
     def on_mount(self) -> None:
         self._apply_mode()
-        if not self.show_provenance:
-            self._stream = Markdown.get_stream(self.query_one(Markdown))
 
     async def append(self, text: str, spans: list[Span]) -> None:
-        text = printable(text)
-        self.text += text
+        """Add streamed text; the body is redrawn at most every RENDER_INTERVAL seconds (a
+        redraw lays out the whole reply again)."""
+        self.text += printable(text)
         merge_spans(self.spans, spans)
-        if self.show_provenance:
-            self._render_provenance()
-        elif self._stream is not None:
-            await self._stream.write(text)
+        if not self._render_pending:
+            self._render_pending = True
+            self.set_timer(RENDER_INTERVAL, self._render_body)
 
     async def set_provenance(self, show: bool) -> None:
         if show == self.show_provenance:
             return
         self.show_provenance = show
-        if self._stream is not None:
-            await self._stream.stop()
-            self._stream = None
-        if show:
-            self._render_provenance()
-        else:
-            await self.query_one(Markdown).update(self.text)
-            if self.streaming:
-                self._stream = Markdown.get_stream(self.query_one(Markdown))
         self._apply_mode()
+        self._render_body()
 
     async def replace_text(self, text: str) -> None:
         """Show ``text`` instead of what was streamed (a reply joined from segments)."""
         self.text = printable(text)
-        if self._stream is not None:
-            await self._stream.stop()
-            self._stream = None
-        await self.query_one(Markdown).update(self.text)
-        if self.show_provenance:
-            self._render_provenance()
+        self._render_body()
 
     async def finish(self, meta: str) -> None:
         self.streaming = False
-        if self._stream is not None:
-            await self._stream.stop()
-            self._stream = None
+        self._render_body()
         self.query_one(".meta", Static).update(Text(meta))
         self.add_class("-finished")
 
-    def provenance_text(self) -> Text:
-        """The reply with draft-token characters and target-token characters styled apart."""
+    def body_text(self) -> Text:
+        """The reply; with provenance on, draft-token and target-token characters styled apart."""
         text = Text(self.text)
+        if not self.show_provenance:
+            return text
         draft = self.get_component_rich_style("assistant--draft", partial=True)
         target = self.get_component_rich_style("assistant--target", partial=True)
         for start, end, kind in self.spans:
@@ -115,8 +102,17 @@ class AssistantMessage(Vertical):
                 text.stylize(draft if kind == "draft" else target, start, min(end, len(self.text)))
         return text
 
-    def _render_provenance(self) -> None:
-        self.query_one(".provenance", Static).update(self.provenance_text())
+    def provenance_text(self) -> Text:
+        """The reply with its provenance styles, whether or not they are shown."""
+        shown, self.show_provenance = self.show_provenance, True
+        try:
+            return self.body_text()
+        finally:
+            self.show_provenance = shown
+
+    def _render_body(self) -> None:
+        self._render_pending = False
+        self.query_one(".body", Static).update(self.body_text())
 
     def _apply_mode(self) -> None:
         self.set_class(self.show_provenance, "-provenance")
