@@ -24,6 +24,7 @@ BUILTIN_COMMANDS = (
     "localspec.commands.plan",
     "localspec.commands.check",
     "localspec.commands.quantize",
+    "localspec.commands.convert_head",
     "localspec.commands.bench",
 )
 

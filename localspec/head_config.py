@@ -82,10 +82,11 @@ def rope_scaling(hparams: dict[str, Any]) -> RopeScaling | None:
     if kind == "linear":
         return RopeScaling("linear", float(factor))
     if kind == "yarn":
-        extra = {ours: float(rope[theirs]) for theirs, ours in _YARN_KEYS if rope.get(theirs) is not None}
-        if rope.get("attention_factor") is None and rope.get("attn_factor") is not None:
-            extra["attn_factor"] = float(rope["attn_factor"])
-        return RopeScaling("yarn", float(factor), int(rope["original_max_position_embeddings"]), extra)
+        values = {**rope, "attention_factor": rope.get("attention_factor", rope.get("attn_factor"))}
+        extra = {ours: float(values[theirs]) for theirs, ours in _YARN_KEYS
+                 if values.get(theirs) is not None}
+        original = int(rope["original_max_position_embeddings"])
+        return RopeScaling("yarn", float(factor), original, extra)
     raise InvalidParameterError(
         f"The head's RoPE scaling '{kind}' is not supported by convert-head; use llama.cpp's "
         "convert_hf_to_gguf.py for this head."

@@ -34,7 +34,8 @@ _LAYER_NAMES = {
 _TOP_NAMES = {"fc.weight": "fc.weight", "norm.weight": "output_norm.weight",
               "lm_head.weight": "output.weight", "embed_tokens.weight": "token_embd.weight",
               "model.embed_tokens.weight": "token_embd.weight",
-              "input_norm.weight": "enc.output_norm.weight", "model.norm.weight": "output_norm.weight"}
+              "input_norm.weight": "enc.output_norm.weight",
+              "model.norm.weight": "output_norm.weight"}
 
 
 def _part_names(checkpoint: Path) -> list[str]:
@@ -116,7 +117,8 @@ def _qtype(gguf_name: str, array: np.ndarray, outtype: str) -> Any:
 
 def _load(checkpoint: Path) -> list[tuple[str, np.ndarray, str]]:
     """(name, array, safetensors dtype) over every part, in llama.cpp's order."""
-    return [item for part in _part_names(checkpoint) for item in read_safetensors(checkpoint / part)]
+    parts = _part_names(checkpoint)
+    return [item for part in parts for item in read_safetensors(checkpoint / part)]
 
 
 def convert_head(checkpoint: str | Path, target: str | Path, out: str | Path,
@@ -126,7 +128,9 @@ def convert_head(checkpoint: str | Path, target: str | Path, out: str | Path,
 
     checkpoint, out = Path(checkpoint), Path(out)
     if outtype not in OUTTYPES:
-        raise InvalidParameterError(f"--outtype {outtype!r} is invalid: use one of {', '.join(OUTTYPES)}.")
+        raise InvalidParameterError(
+            f"--outtype {outtype!r} is invalid: use one of {', '.join(OUTTYPES)}."
+        )
     raw, hparams = read_config(checkpoint)
     info = read_gguf(target)
     params = head_params(raw, hparams, info.n_layer, info.n_embd, info.vocab_size)

@@ -49,7 +49,7 @@ def check_model_path(path: str, role: str) -> None:
     if not os.access(p, os.R_OK):
         raise ModelLoadError(f"The {role} model '{path}' is not readable; check its permissions.")
     architecture = read_gguf(p, read_arrays=False).architecture
-    if architecture in HEAD_ARCHITECTURES:
+    if architecture in HEAD_ARCHITECTURES and role in ("target", "draft"):
         raise ModelLoadError(
             f"'{path}' is an {architecture} draft head, not a model that generates text on its "
             f"own; give its target model as the {role} model."

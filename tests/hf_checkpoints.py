@@ -148,6 +148,7 @@ class Eagle3Spec:
     aux_layer_ids: tuple[int, ...] | None = None
     norm_before_residual: bool = False
     norm_before_fc: bool = False
+    rope_scaling: tuple[tuple[str, object], ...] = ()  # e.g. (("rope_type", "llama3"), ...)
     seed: int = 1
 
 
@@ -203,13 +204,15 @@ def write_eagle3_checkpoint(
     d2t = (chosen - np.arange(spec.draft_vocab)).astype(np.int64)  # offsets, as published
     t2d = np.zeros(n_vocab, dtype=bool)
     t2d[chosen] = True
-    floats = {k: _cast(v, spec.dtype) for k, v in _head_tensors(spec, target.n_embd, n_vocab).items()}
+    weights = _head_tensors(spec, target.n_embd, n_vocab)
+    floats = {k: _cast(v, spec.dtype) for k, v in weights.items()}
     tensors = {**floats, "d2t": d2t, "t2d": t2d}
     if spec.dtype == "bfloat16":
         _save_with_bf16(directory / "model.safetensors", tensors)
     else:
         _save(directory / "model.safetensors", tensors)
-    (directory / "config.json").write_text(json.dumps(_head_config(spec, target, n_vocab), indent=2))
+    config = _head_config(spec, target, n_vocab)
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
 
 
 def _head_config(spec: Eagle3Spec, target: HFTarget, n_vocab: int) -> dict[str, object]:
@@ -219,6 +222,8 @@ def _head_config(spec: Eagle3Spec, target: HFTarget, n_vocab: int) -> dict[str, 
         "num_key_value_heads": spec.n_head_kv, "vocab_size": n_vocab, "rms_norm_eps": 1e-6,
         "max_position_embeddings": 2048, "rope_theta": 10000.0, "hidden_act": "silu",
     }
+    if spec.rope_scaling:
+        layer["rope_scaling"] = dict(spec.rope_scaling)
     extra: dict[str, object] = {"draft_vocab_size": spec.draft_vocab}
     if spec.aux_layer_ids is not None:
         extra["eagle_aux_hidden_state_layer_ids"] = list(spec.aux_layer_ids)
