@@ -273,6 +273,7 @@ PYBIND11_MODULE(_core, m) {
         .def("bos", [](Core& c) { return c.engine().target().vocab().bos; })
         .def("eos", [](Core& c) { return c.engine().target().vocab().eos; })
         .def("n_ctx", [](Core& c) { return c.engine().n_ctx(); })
+        .def("memory_kind", [](Core& c) { return c.engine().target().memory_kind(); })
         .def("drafter_name", [](Core& c) { return c.engine().drafter_name(); })
         .def("verify_head", [](Core& c) { return c.engine().verify_head(); })
         .def("draft_head", [](Core& c) { return c.engine().draft_head(); })
@@ -395,6 +396,11 @@ PYBIND11_MODULE(_core, m) {
         d["problem"] = cmp.problem;
         return d;
     });
+    m.def("memory_kind", [](const std::string& path) {
+        py::gil_scoped_release release;
+        backend_init(false);
+        return Model(ModelOptions{path, 0, true}).memory_kind();
+    }, py::arg("path"));
     m.def("backend_init", &backend_init, py::arg("verbose") = false);
     m.def("list_devices", [] {
         backend_init(false);

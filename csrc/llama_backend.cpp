@@ -190,6 +190,12 @@ int Model::n_ctx_train() const { return llama_model_n_ctx_train(impl_->model); }
 
 uint64_t Model::size_bytes() const { return llama_model_size(impl_->model); }
 
+std::string Model::memory_kind() const {
+    if (llama_model_is_hybrid(impl_->model)) return "hybrid";
+    if (llama_model_is_recurrent(impl_->model)) return "recurrent";
+    return "attention";
+}
+
 // ---- context -------------------------------------------------------------------------------
 
 struct Context::Impl {
@@ -304,12 +310,23 @@ const float* Context::logits(int row) const {
     return out;
 }
 
-void Context::truncate(size_t n_keep) {
-    if (n_keep >= kv_tokens_.size()) return;
-    llama_memory_seq_rm(llama_get_memory(impl_->ctx), 0, static_cast<llama_pos>(n_keep), -1);
+bool Context::try_truncate(size_t n_keep) {
+    if (n_keep >= kv_tokens_.size()) return true;
+    // A recurrent state cannot lose its last positions: llama.cpp then refuses and leaves the
+    // memory as it was. Removing everything (from 0) always succeeds.
+    if (!llama_memory_seq_rm(llama_get_memory(impl_->ctx), 0, static_cast<llama_pos>(n_keep), -1)) return false;
     kv_tokens_.resize(n_keep);
     n_logits_ = 0;
     impl_->used_head = false;
+    return true;
+}
+
+void Context::truncate(size_t n_keep) {
+    if (try_truncate(n_keep)) return;
+    throw std::runtime_error("this model's memory cannot drop cached positions " + std::to_string(n_keep) + ".." +
+                             std::to_string(kv_tokens_.size() - 1) +
+                             " (a recurrent or hybrid model keeps one running state), so it cannot take back "
+                             "draft tokens; decode it with the drafter 'none'.");
 }
 
 size_t Context::sync(const std::vector<Token>& tokens, int n_logits) {
@@ -318,7 +335,10 @@ size_t Context::sync(const std::vector<Token>& tokens, int n_logits) {
     while (common < limit && tokens[common] == kv_tokens_[common]) ++common;
     // Rows that need logits must be recomputed even when cached.
     common = std::min(common, tokens.size() - std::min(tokens.size(), static_cast<size_t>(n_logits)));
-    truncate(common);
+    if (!try_truncate(common)) {
+        common = 0;  // a recurrent state: start over
+        truncate(0);
+    }
     if (common == tokens.size()) return 0;
     std::vector<Token> rest(tokens.begin() + static_cast<long>(common), tokens.end());
     decode(rest, n_logits);

@@ -50,6 +50,12 @@ public:
     std::string metadata(const std::string& key) const;  // "" when absent
     int n_ctx_train() const;
     uint64_t size_bytes() const;
+    // How the model remembers a sequence: "attention" (a KV entry per position), "recurrent"
+    // (one state: Mamba, RWKV) or "hybrid" (both: Jamba, LFM2, Qwen3-Next, Qwen3.5, ...).
+    std::string memory_kind() const;
+    // Whether a context can drop cached positions from any n on (the KV rollback that
+    // speculation needs); false for recurrent and hybrid models, which keep one running state.
+    bool can_drop_suffix() const { return memory_kind() == "attention"; }
 
 private:
     friend class Context;
@@ -90,10 +96,16 @@ public:
     // Which head computed the last decode's logits (the same two names).
     const char* last_head() const;
 
-    // Drop cache entries at positions >= n_keep (the KV rollback).
+    // Drop cache entries at positions >= n_keep (the KV rollback). Throws when the model's
+    // memory cannot drop them (a recurrent state: see Model::can_drop_suffix) and keeps the
+    // cache unchanged then; dropping everything (n_keep = 0) always works.
     void truncate(size_t n_keep);
+    // The same, returning false instead of throwing when the memory refuses.
+    bool try_truncate(size_t n_keep);
     // Make the cache hold exactly `tokens` (minus what must be recomputed): reuse the common
-    // prefix, drop the rest, decode the remainder. Returns how many tokens were decoded.
+    // prefix, drop the rest, decode the remainder (everything, when the memory cannot drop a
+    // suffix and the cache holds more than the common prefix). Returns how many tokens were
+    // decoded.
     size_t sync(const std::vector<Token>& tokens, int n_logits);
 
 private:

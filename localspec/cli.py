@@ -26,6 +26,7 @@ BUILTIN_COMMANDS = (
     "localspec.commands.plan",
     "localspec.commands.check",
     "localspec.commands.quantize",
+    "localspec.commands.convert_head",
     "localspec.commands.bench",
 )
 

@@ -305,6 +305,8 @@ class Engine:
         params = handle.params
         if params.seed is None:
             params = replace(params, seed=random.getrandbits(63))
+        if self.info.drafter == "none":  # also when loading turned the n-gram drafter off
+            params = replace(params, speculative=False)
         try:
             prompt = handle.prompt
             tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)

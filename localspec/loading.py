@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from localspec import _core
@@ -13,6 +13,8 @@ from localspec.types import EngineInfo
 
 DRAFTER_KEYWORDS = ("ngram", "none")
 HYBRID_PREFIX = "hybrid:"  # "hybrid:PATH": n-gram when it matches, else the model at PATH
+# Architectures of draft heads: they borrow the target's embeddings and cannot run alone.
+HEAD_ARCHITECTURES = ("eagle3",)
 
 
 def draft_model_path(drafter: str) -> str:
@@ -37,7 +39,8 @@ class LoadOptions:
 
 
 def check_model_path(path: str, role: str) -> None:
-    """Catch missing, non-GGUF and truncated files with a precise sentence before llama.cpp."""
+    """Catch missing, non-GGUF and truncated files and draft heads given as models with a
+    precise sentence before llama.cpp (which would abort on a head)."""
     p = Path(path)
     if not p.exists():
         raise ModelLoadError(f"The {role} model '{path}' does not exist; check the path.")
@@ -45,7 +48,50 @@ def check_model_path(path: str, role: str) -> None:
         raise ModelLoadError(f"The {role} model '{path}' is a directory; pass a .gguf file.")
     if not os.access(p, os.R_OK):
         raise ModelLoadError(f"The {role} model '{path}' is not readable; check its permissions.")
-    read_gguf(p, read_arrays=False)
+    architecture = read_gguf(p, read_arrays=False).architecture
+    if architecture in HEAD_ARCHITECTURES and role in ("target", "draft"):
+        raise ModelLoadError(
+            f"'{path}' is an {architecture} draft head, not a model that generates text on its "
+            f"own; give its target model as the {role} model."
+        )
+
+
+def check_draft_memory(options: LoadOptions) -> None:
+    """Refuse a draft model whose memory cannot take back rejected draft tokens (a recurrent or
+    hybrid model) before anything loads. A draft of the target's own architecture is judged
+    with the target after the load (``speculation_drafter``), so only others are probed."""
+    if options.draft in DRAFTER_KEYWORDS:
+        return
+    draft = draft_model_path(options.draft)
+    if read_gguf(draft, read_arrays=False).architecture == read_gguf(
+        options.target, read_arrays=False
+    ).architecture:
+        return
+    memory = _core.memory_kind(draft)
+    if memory != "attention":
+        raise ModelLoadError(
+            f"The draft model '{draft}' is a {memory} model, whose memory cannot take back its "
+            "rejected draft tokens; use a transformer draft model or --draft ngram."
+        )
+
+
+def speculation_drafter(core: _core.Core, options: LoadOptions) -> tuple[str, str]:
+    """(the drafter in effect, a notice for the user) once the target's memory is known.
+
+    Speculation rolls rejected draft tokens back out of the target's cache; a recurrent or
+    hybrid model keeps one running state and cannot (Context::truncate in the core). Its
+    n-gram drafter, the default, is then switched off (the engine decodes plainly) with a
+    notice; a draft model the user asked for is refused."""
+    memory = core.memory_kind()
+    if memory == "attention" or options.draft == "none":
+        return options.draft, ""
+    what = (
+        f"'{options.target}' is a {memory} model, whose memory cannot take back rejected "
+        "draft tokens"
+    )
+    if options.draft == "ngram":
+        return "none", f"speculation is off: {what}; decoding plainly."
+    raise ModelLoadError(f"The target {what}, so it cannot verify a draft model; use --draft none.")
 
 
 def _check_options(options: LoadOptions) -> None:
@@ -65,6 +111,7 @@ def _check_options(options: LoadOptions) -> None:
 def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:
     """Load the target and drafter. Raises a LocalspecError for every user mistake."""
     _check_options(options)
+    check_draft_memory(options)
     core_options = _core.EngineOptions()
     core_options.target_path = options.target
     core_options.drafter = options.draft
@@ -79,10 +126,15 @@ def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:
     core_options.fast_head = options.fast_head
     core_options.verbose = options.verbose
     core = _core.Core(core_options)
-    return core, _engine_info(core, options)
+    try:
+        drafter, notice = speculation_drafter(core, options)
+    except ModelLoadError:
+        core.close()
+        raise
+    return core, _engine_info(core, replace(options, draft=drafter), notice)
 
 
-def _engine_info(core: _core.Core, options: LoadOptions) -> EngineInfo:
+def _engine_info(core: _core.Core, options: LoadOptions, notice: str) -> EngineInfo:
     name = core.metadata("general.name") or Path(options.target).stem
     template = core.chat_template() or None
     bos, eos = core.bos(), core.eos()
@@ -97,4 +149,6 @@ def _engine_info(core: _core.Core, options: LoadOptions) -> EngineInfo:
         eos_text=core.token_text(eos) if eos >= 0 else "",
         verify_head=core.verify_head(),
         draft_head=core.draft_head(),
+        memory=core.memory_kind(),
+        notice=notice,
     )

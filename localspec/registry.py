@@ -41,6 +41,9 @@ SPECIAL_DRAFTERS = ("ngram", "none")
 HYBRID_PREFIX = "hybrid:"
 _MODEL_KEYS = {"source": str, "revision": str, "kind": str, "instruct": str, "description": str}
 MODEL_KINDS = ("base", "instruct")
+# [heads.NAME]: a hidden-state draft head published as a checkpoint (hf:ORG/REPO, safetensors;
+# `localspec convert-head` makes its GGUF) for a target model. Listed, not yet drafted with.
+_HEAD_KEYS = {"checkpoint": str, "target": str, "layout": str, "description": str}
 _PAIR_KEYS = {"target": str, "drafter": str, "draft_max": (int, str), "n_ctx": int,
               "temperature": (int, float), "chat_template": str, "stop": list, "description": str}
 
@@ -160,10 +163,14 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise LocalspecError(f"{path} is not valid TOML ({error}): fix that line.") from None
     except OSError as error:
         raise LocalspecError(f"{path} cannot be read ({error.strerror}).") from None
-    unknown = set(data) - {"models", "pairs", "default_pair"}
+    unknown = set(data) - {"models", "pairs", "heads", "default_pair"}
     if unknown:
         raise LocalspecError(f"{path}: unknown top-level key {sorted(unknown)[0]!r}: allowed are "
-                             "[models.NAME], [pairs.NAME] and default_pair.")
+                             "[models.NAME], [pairs.NAME], [heads.NAME] and default_pair.")
+    for name, table in data.get("heads", {}).items():
+        _check_keys(table, _HEAD_KEYS, str(path), f"heads.{name}")
+        if "checkpoint" not in table or "target" not in table:
+            raise _bad(str(path), f"heads.{name}", "needs a checkpoint (hf:ORG/REPO) and a target")
     return data
 
 

@@ -15,8 +15,12 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import gguf
 
 SPECIAL_TOKENS = ("<|bos|>", "<|eos|>", "<|im_start|>", "<|im_end|>")
 CHAT_TEMPLATE = (
@@ -127,6 +131,34 @@ def _weights(
     return w
 
 
+def vocab_tokens(cfg: TinyConfig) -> list[str]:
+    """The vocabulary of every tiny model built with `cfg`: bytes, merges, unused, specials."""
+    tokens, _merges = build_vocab(cfg.n_merges)
+    return tokens + [f"<unused{i}>" for i in range(cfg.extra_tokens)] + list(SPECIAL_TOKENS)
+
+
+def add_tokenizer(writer: gguf.GGUFWriter, cfg: TinyConfig) -> None:
+    """The byte-level BPE tokenizer keys and the ChatML template, for any architecture."""
+    import gguf
+
+    tokens = vocab_tokens(cfg)
+    n_normal = len(tokens) - cfg.extra_tokens - len(SPECIAL_TOKENS)
+    token_types = (
+        [gguf.TokenType.NORMAL] * n_normal
+        + [gguf.TokenType.UNUSED] * cfg.extra_tokens
+        + [gguf.TokenType.CONTROL] * len(SPECIAL_TOKENS)
+    )
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types(token_types)
+    writer.add_token_merges(build_vocab(cfg.n_merges)[1])
+    writer.add_bos_token_id(tokens.index("<|bos|>"))
+    writer.add_eos_token_id(tokens.index("<|im_end|>"))
+    writer.add_add_bos_token(True)
+    writer.add_chat_template(CHAT_TEMPLATE)
+
+
 def write_model(
     path: str | Path,
     cfg: TinyConfig = TinyConfig(),
@@ -139,15 +171,7 @@ def write_model(
     import gguf  # test/bench dependency only
 
     path = Path(path)
-    tokens, merges = build_vocab(cfg.n_merges)
-    n_normal = len(tokens)
-    tokens = tokens + [f"<unused{i}>" for i in range(cfg.extra_tokens)] + list(SPECIAL_TOKENS)
-    n_vocab = len(tokens)
-    token_types = (
-        [gguf.TokenType.NORMAL] * n_normal
-        + [gguf.TokenType.UNUSED] * cfg.extra_tokens
-        + [gguf.TokenType.CONTROL] * len(SPECIAL_TOKENS)
-    )
+    n_vocab = len(vocab_tokens(cfg))
     n_layer = cfg.n_layer + extra_layers
 
     writer = gguf.GGUFWriter(str(path), "llama")
@@ -162,15 +186,7 @@ def write_model(
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_vocab_size(n_vocab)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_types(token_types)
-    writer.add_token_merges(merges)
-    writer.add_bos_token_id(tokens.index("<|bos|>"))
-    writer.add_eos_token_id(tokens.index("<|im_end|>"))
-    writer.add_add_bos_token(True)
-    writer.add_chat_template(CHAT_TEMPLATE)
+    add_tokenizer(writer, cfg)
     for tensor_name, array in _weights(cfg, n_vocab, n_layer, divergence, cfg.seed).items():
         if tensor_name == "output.weight" and cfg.head_type != "F32":
             qtype = gguf.GGMLQuantizationType[cfg.head_type]

@@ -154,3 +154,9 @@ class EngineInfo:
     verify_head: str = "llama.cpp"
     # The same for a draft model's logits; "" for drafters without a model (n-gram, none).
     draft_head: str = ""
+    # How the target remembers a sequence: "attention", "recurrent" or "hybrid" (the last two
+    # cannot take back draft tokens: their n-gram drafter is turned off).
+    memory: str = "attention"
+    # Something the user should know about what was loaded ("" when nothing), e.g. why
+    # speculation is off.
+    notice: str = ""

@@ -7,6 +7,7 @@ import argparse
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -71,9 +72,9 @@ def test_bad_budget_is_a_user_error(tiny_model_path: Path, tiny_draft_path: Path
 def loads(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
 
-    def fake_load(target: str, **kwargs: Any) -> str:
+    def fake_load(target: str, **kwargs: Any) -> Any:
         calls.append({"target": target, **kwargs})
-        return "engine"
+        return SimpleNamespace(info=SimpleNamespace(notice=""))  # what load_engine reads
 
     monkeypatch.setattr(common.Engine, "load", fake_load)
     return calls

@@ -231,6 +231,8 @@ drafter = "none"
     ('[models.qwen2.5]\nsource = "a.gguf"\n', r"quote names that contain dots"),
     ('default_pair = "nope"\n', r"default_pair = 'nope' names no \[pairs\] entry"),
     ('[model.x]\nsource = "a.gguf"\n', r"unknown top-level key 'model'"),
+    ('[heads.h]\ncheckpoint = "hf:o/r"\n', r"\[heads.h\] needs a checkpoint .* and a target"),
+    ('[heads.h]\ncheckpoint = "hf:o/r"\ntarget = "t"\nkind = 1\n', r"unknown key 'kind'"),
     ('[models.x\nsource = "a.gguf"\n', r"is not valid TOML"),
     ('[models.x]\nsource = "a.gguf"\nkind = "chat"\n', r"\[models\.x\] kind = 'chat' is invalid"),
     ('[models.x]\nsource = "a.gguf"\ninstruct = "nope"\n', r"instruct = 'nope' names no pair"),

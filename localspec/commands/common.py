@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from dataclasses import dataclass
 
 from localspec.engine import Engine
@@ -131,7 +132,7 @@ def load_engine(
     else:
         draft = plan.draft.n_gpu_layers if plan.draft is not None else None
         layers = {"n_gpu_layers": plan.target.n_gpu_layers, "n_gpu_layers_draft": draft}
-    return Engine.load(
+    engine = Engine.load(
         choice.target,
         draft=choice.drafter,
         n_ctx=choice.n_ctx,
@@ -141,3 +142,6 @@ def load_engine(
         **layers,  # type: ignore[arg-type]
         **kwargs,  # type: ignore[arg-type]
     )
+    if engine.info.notice:
+        print(f"localspec: {engine.info.notice}", file=sys.stderr)
+    return engine

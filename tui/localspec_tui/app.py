@@ -69,6 +69,7 @@ class ChatApp(App[None]):
     def on_mount(self) -> None:
         if self.engine is not None:
             self.push_screen(self._chat_screen(self.engine))
+            self._show_notice(self.engine)
             return
         self.push_screen(LoadingScreen(self.loading_label))
         self.run_worker(self._load, thread=True, exit_on_error=False, name="load")
@@ -109,6 +110,12 @@ class ChatApp(App[None]):
     def _loaded(self, engine: Engine) -> None:
         self.engine, self.owns_engine = engine, True
         self.switch_screen(self._chat_screen(engine))
+        self._show_notice(engine)
+
+    def _show_notice(self, engine: Engine) -> None:
+        """What the user should know about the loaded models (e.g. why speculation is off)."""
+        if engine.info.notice:
+            self.notify(engine.info.notice, title="localspec", severity="warning", timeout=15)
 
     def _show_load_error(self, message: str) -> None:
         self.load_error = message

@@ -1,0 +1,47 @@
+"""`localspec convert-head`: a Hugging Face EAGLE-3 checkpoint -> the eagle3 GGUF llama.cpp
+loads (localspec/head_convert.py; numpy and the gguf package, no torch)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from localspec.errors import InvalidParameterError
+from localspec.head_convert import OUTTYPES, convert_head
+from localspec.loading import check_model_path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "convert-head",
+        help="convert an EAGLE-3 head (safetensors + config.json) to GGUF",
+        description="Write OUT, the eagle3 GGUF of the EAGLE-3 checkpoint in CHECKPOINT (EAGLE's "
+        "midlayer.* or the speculators layers.0.* layout), for the target model TARGET, whose "
+        "tokenizer and shape it takes. Same file as llama.cpp's convert_hf_to_gguf.py.",
+    )
+    parser.add_argument("checkpoint", help="directory with config.json and model*.safetensors")
+    parser.add_argument("--target", required=True,
+                        help="the target GGUF the head was trained for (a path or models.toml "
+                        "name)")
+    parser.add_argument("-o", "--output", required=True, help="the GGUF to write")
+    parser.add_argument("--outtype", choices=OUTTYPES, default="auto",
+                        help="weight type; auto: the checkpoint's 16-bit type, else f16")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from localspec import registry
+
+    checkpoint, out = Path(args.checkpoint), Path(args.output)
+    if not checkpoint.is_dir():
+        raise InvalidParameterError(
+            f"'{checkpoint}' is not a directory; pass the folder holding the head's config.json "
+            "and model.safetensors."
+        )
+    if not out.parent.is_dir():
+        raise InvalidParameterError(f"The output directory {out.parent} does not exist.")
+    target = str(registry.resolve_model(args.target))
+    check_model_path(target, "target")
+    convert_head(checkpoint, target, out, args.outtype)
+    print(f"wrote {out} ({out.stat().st_size / 2**20:.1f} MiB)")
+    return 0
