@@ -9,7 +9,7 @@ namespace {
 
 constexpr double kDecay = 0.97;         // slow acceptance memory: ~33 steps of a kind
 constexpr double kAge = 0.99;           // a declined proposal ages its kind's evidence a little
-constexpr double kMemoryTrials = 24.0;  // what a new request inherits: at most this many steps
+constexpr double kMemoryTrials = 4.0;   // what a new request inherits: at most this many steps
 constexpr double kShrink = 2.0;         // pseudo-steps pulling a position towards the kind's mean
 constexpr double kZ = 0.5;              // confidence bounds: mean -/+ kZ standard deviations
 constexpr double kFastWeight = 0.5;     // the fast estimate: half its value is the last step
