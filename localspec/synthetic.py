@@ -76,16 +76,23 @@ def build_vocab(n_merges: int) -> tuple[list[str], list[str]]:
     words = [
         [byte_map[b] for b in w.encode()] for w in re.findall(r" ?\w+| ?[^\w\s]+|\s+", _CORPUS)
     ]
-    merges: list[str] = []
+    merges = learn_merges(words, n_merges)
+    tokens += [a + b for a, b in merges]
+    return tokens, [f"{a} {b}" for a, b in merges]
+
+
+def learn_merges(words: list[list[str]], n_merges: int) -> list[tuple[str, str]]:
+    """Greedy BPE training: merge the most frequent adjacent pair (ties: the larger pair) up to
+    n_merges times; returns the merged pairs in order."""
+    merges: list[tuple[str, str]] = []
     for _ in range(n_merges):
         pairs = Counter((w[i], w[i + 1]) for w in words for i in range(len(w) - 1))
         if not pairs:
             break
         (a, b), _count = max(pairs.items(), key=lambda item: (item[1], item[0]))
-        merges.append(f"{a} {b}")
-        tokens.append(a + b)
+        merges.append((a, b))
         words = [_merge(w, a, b) for w in words]
-    return tokens, merges
+    return merges
 
 
 def _merge(word: list[str], a: str, b: str) -> list[str]:

@@ -11,11 +11,12 @@
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from localspec.synthetic import learn_merges
 
 _CORPUS = "the quick brown fox jumps over the lazy dog. the cat sat on the mat, the dog sat."
 _SPACE = "\u2581"
@@ -37,29 +38,9 @@ def _tokenizer_vocab(n_merges: int) -> tuple[list[str], list[str]]:
     chars = sorted(set(text))
     tokens += chars
     words = [list(_SPACE + w) for w in _CORPUS.split(" ")]
-    merges: list[str] = []
-    for _ in range(n_merges):
-        pairs = Counter((w[i], w[i + 1]) for w in words for i in range(len(w) - 1))
-        if not pairs:
-            break
-        (a, b), _count = max(pairs.items(), key=lambda item: (item[1], item[0]))
-        merges.append(f"{a} {b}")
-        tokens.append(a + b)
-        words = [_merge(w, a, b) for w in words]
-    return tokens, merges
-
-
-def _merge(word: list[str], a: str, b: str) -> list[str]:
-    out: list[str] = []
-    i = 0
-    while i < len(word):
-        if i + 1 < len(word) and word[i] == a and word[i + 1] == b:
-            out.append(a + b)
-            i += 2
-        else:
-            out.append(word[i])
-            i += 1
-    return out
+    merges = learn_merges(words, n_merges)
+    tokens += [a + b for a, b in merges]
+    return tokens, [f"{a} {b}" for a, b in merges]
 
 
 def _special(i: int, text: str) -> dict[str, object]:
