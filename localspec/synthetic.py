@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -108,21 +109,36 @@ def _merge(word: list[str], a: str, b: str) -> list[str]:
     return out
 
 
-def _weights(
-    cfg: TinyConfig, n_vocab: int, n_layer: int, divergence: float, seed: int
-) -> dict[str, np.ndarray]:
-    """Random weights; blocks beyond cfg.n_layer are scaled by `divergence` on their outputs."""
+
+Matrices = Callable[..., np.ndarray]
+
+
+def random_matrices(seed: int) -> Matrices:
+    """mat(rows, cols, scale=1.0): random F32 matrices scaled by 1/sqrt(cols), so that a
+    product keeps unit variance; drawn from one seeded generator in call order."""
     rng = np.random.default_rng(seed)
-    head_dim = cfg.n_embd // cfg.n_head
 
     def mat(rows: int, cols: int, scale: float = 1.0) -> np.ndarray:
         return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
 
-    w: dict[str, np.ndarray] = {
+    return mat
+
+
+def embedding_and_head(mat: Matrices, cfg: TinyConfig, n_vocab: int) -> dict[str, np.ndarray]:
+    """The token embedding, final norm and output head every tiny model starts with."""
+    return {
         "token_embd.weight": mat(n_vocab, cfg.n_embd, np.sqrt(cfg.n_embd)),
         "output_norm.weight": np.ones(cfg.n_embd, dtype=np.float32),
         "output.weight": mat(n_vocab, cfg.n_embd, cfg.head_scale),
     }
+
+def _weights(
+    cfg: TinyConfig, n_vocab: int, n_layer: int, divergence: float, seed: int
+) -> dict[str, np.ndarray]:
+    """Random weights; blocks beyond cfg.n_layer are scaled by `divergence` on their outputs."""
+    mat = random_matrices(seed)
+    head_dim = cfg.n_embd // cfg.n_head
+    w = embedding_and_head(mat, cfg, n_vocab)
     for i in range(n_layer):
         out_scale = 1.0 if i < cfg.n_layer else divergence
         p = f"blk.{i}."

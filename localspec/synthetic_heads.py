@@ -19,6 +19,7 @@ import numpy as np
 
 from localspec import eagle3
 from localspec.gguf_reader import read_gguf
+from localspec.synthetic import random_matrices
 
 
 @dataclass(frozen=True)
@@ -42,11 +43,8 @@ def default_target_layers(n_layer: int) -> tuple[int, int, int]:
 
 
 def _tensors(spec: HeadSpec, n_embd_tgt: int, n_out: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(spec.seed)
+    mat = random_matrices(spec.seed)
     head_dim = spec.n_embd // spec.n_head
-
-    def mat(rows: int, cols: int, scale: float = 1.0) -> np.ndarray:
-        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
 
     ones = np.ones(spec.n_embd, dtype=np.float32)
     p = "blk.0."

@@ -16,25 +16,23 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.synthetic import TinyConfig, add_tokenizer, vocab_tokens
+from localspec.synthetic import (
+    TinyConfig,
+    add_tokenizer,
+    embedding_and_head,
+    random_matrices,
+    vocab_tokens,
+)
 
 SSM_STATE_SIZE = 16
 SSM_CONV_KERNEL = 4
 
 
 def _mamba_weights(cfg: TinyConfig, n_vocab: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(cfg.seed)
+    mat = random_matrices(cfg.seed)
     d_inner = 2 * cfg.n_embd  # llama.cpp supports an expansion factor of 2 only
     dt_rank = math.ceil(cfg.n_embd / 16)
-
-    def mat(rows: int, cols: int, scale: float = 1.0) -> np.ndarray:
-        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
-
-    w: dict[str, np.ndarray] = {
-        "token_embd.weight": mat(n_vocab, cfg.n_embd, np.sqrt(cfg.n_embd)),
-        "output_norm.weight": np.ones(cfg.n_embd, dtype=np.float32),
-        "output.weight": mat(n_vocab, cfg.n_embd, cfg.head_scale),
-    }
+    w = embedding_and_head(mat, cfg, n_vocab)
     # A = -exp(A_log) as Mamba stores it: negative, so the state decays.
     a = -np.tile(np.arange(1, SSM_STATE_SIZE + 1, dtype=np.float32), (d_inner, 1))
     for i in range(cfg.n_layer):
