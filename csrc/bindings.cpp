@@ -309,8 +309,6 @@ PYBIND11_MODULE(_core, m) {
         .def("expected_rate", &DraftController::expected_rate, py::arg("k"), py::arg("kind") = 0,
              py::arg("estimate") = DraftController::Estimate::Mean)
         .def_property_readonly("credit", &DraftController::credit)
-        .def_property_readonly("exploit_steps", &DraftController::exploit_steps)
-        .def_property_readonly("explore_steps", &DraftController::explore_steps)
         .def_property_readonly("memory", &DraftController::memory)
         .def("restore", &DraftController::restore)
         .def_property_readonly("k_max", &DraftController::k_max);

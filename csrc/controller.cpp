@@ -47,8 +47,7 @@ DraftController::DraftController(int k_max) : k_max_(std::max(0, k_max)) {
 
 void DraftController::begin_request() {
     credit_ = explore_credit_ = 0;
-    exploit_steps_ = explore_steps_ = 0;
-    last_ = Choice::Plain;
+    exploring_ = false;
     fast_.assign(kKinds, 0.0);
     for (size_t kind = 0; kind < kKinds; ++kind) {
         auto& trials = mem_.trials[kind];
@@ -161,7 +160,7 @@ double DraftController::worst_loss(int k, int kind) const {
 }
 
 int DraftController::choose(int kind, int limit) {
-    last_ = Choice::Plain;
+    exploring_ = false;
     limit = std::clamp(limit, 0, k_max_);
     if (limit == 0) return 0;
     if (mem_.verify[1] == 0) return 0;  // measure a plain pass first: the baseline everything is compared to
@@ -182,13 +181,10 @@ int DraftController::choose(int kind, int limit) {
             best_rate = rate;
         }
     }
-    if (best > 0) {
-        last_ = Choice::Exploit;
-        return best;
-    }
+    if (best > 0) return best;
     const int probe = explore(kind, limit);
     if (probe > 0) {
-        last_ = Choice::Explore;
+        exploring_ = true;
         return probe;
     }
     // Declined: the evidence against this kind ages a little, so that the optimistic estimate
@@ -232,9 +228,7 @@ void DraftController::observe(int k, int n_accepted, double draft_seconds, doubl
     // What this step won or lost against plain decoding of the same tokens.
     const double won = (n_accepted + 1) * plain - (draft_seconds + verify_seconds_);
     credit_ = std::min(credit_ + won + budget, kCreditCap * plain);
-    if (last_ == Choice::Explore) explore_credit_ = std::min(explore_credit_ + won, kCreditCap * plain);
-    if (last_ == Choice::Exploit) ++exploit_steps_;
-    if (last_ == Choice::Explore) ++explore_steps_;
+    if (exploring_) explore_credit_ = std::min(explore_credit_ + won, kCreditCap * plain);
 }
 
 void DraftController::observe_acceptance(int k, int n_accepted, int kind) {

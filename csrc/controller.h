@@ -75,10 +75,6 @@ public:
     enum class Estimate { Mean, Pessimistic, Optimistic };
     double expected_rate(int k, int kind = 0, Estimate estimate = Estimate::Mean) const;  // E(k) / T(k)
     double credit() const { return credit_; }  // seconds drafting may still lose in this request
-    // Steps of the current request that drafted because the pessimistic estimate said so
-    // (exploit) or to gather evidence (explore).
-    int exploit_steps() const { return exploit_steps_; }
-    int explore_steps() const { return explore_steps_; }
 
     const ControllerMemory& memory() const { return mem_; }
     // Restores saved memory; entries of the wrong shape (another k_max or kind count) are ignored.
@@ -95,8 +91,7 @@ private:
     std::vector<double> fast_;  // [kind]: recent share of drafted tokens accepted (fast_ratio)
     double credit_ = 0;          // what drafting may still lose in this request (seconds)
     double explore_credit_ = 0;  // the part of it that exploring may spend: its budget only
-    enum class Choice { Plain, Exploit, Explore } last_ = Choice::Plain;
-    int exploit_steps_ = 0, explore_steps_ = 0;
+    bool exploring_ = false;     // the last choice was a probe (paid from explore_credit_)
 };
 
 }  // namespace localspec

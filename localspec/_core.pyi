@@ -64,8 +64,6 @@ class Estimate(enum.Enum):
 class DraftController:
     k_max: int
     credit: float
-    exploit_steps: int
-    explore_steps: int
     memory: ControllerMemory
     def __init__(self, k_max: int) -> None: ...
     def begin_request(self) -> None: ...

@@ -16,10 +16,13 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from localspec import _core
 from localspec.loading import LoadOptions
+
+if TYPE_CHECKING:
+    from localspec.engine import Engine
 from localspec.sources import cache_dir
 
 FORMAT = 1
@@ -48,6 +51,19 @@ class LearnedKey:
 
 def learned_path(key: LearnedKey, root: Path | None = None) -> Path:
     return (root or cache_dir()) / "controller" / f"{key.digest()}.json"
+
+
+def saved_path(engine: Engine) -> Path:
+    """Where `localspec run` keeps what the controller learned for this engine's models."""
+    return learned_path(LearnedKey.of(engine.options))
+
+
+def restore_saved(engine: Engine) -> bool:
+    """Start the engine's controller from what earlier runs saved; whether anything was."""
+    saved = load_learned(saved_path(engine))
+    if saved is not None:
+        engine.restore_learned(saved)
+    return saved is not None
 
 
 def load_learned(path: Path) -> _core.ControllerMemory | None:

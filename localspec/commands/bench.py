@@ -36,7 +36,7 @@ from localspec.commands.common import add_model_arguments, choose_models, draft_
 from localspec.convert import AUTO_DRAFT_MAX
 from localspec.engine import Engine
 from localspec.errors import InvalidParameterError
-from localspec.learned import LearnedKey, learned_path, load_learned
+from localspec.learned import restore_saved
 from localspec.prompts import Prompt, load_prompts
 from localspec.types import DraftMax, GenerationParams
 
@@ -206,15 +206,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         choice = choose_models(args)
         with load_engine(args, choice) as engine:
-            saved = load_learned(learned_path(LearnedKey.of(engine.options))) \
-                if args.saved_stats else None
-            if saved is not None:
-                engine.restore_learned(saved)
+            used_saved = args.saved_stats and restore_saved(engine)
             measured = _measure(engine, prompts, params, args, choice.drafter)
             heads = _heads(engine)
         outcome = _outcome(args, choice.target, measured, params)
         header = {"target": choice.target, "drafter": choice.drafter,
-                  "saved_stats_used": saved is not None}
+                  "saved_stats_used": used_saved}
     header.update(heads)
     header.update(max_tokens=args.max_tokens,
                   temperature=args.temperature, draft_max=draft_max, repeat=args.repeat)

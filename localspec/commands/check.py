@@ -27,7 +27,7 @@ from localspec.commands.common import (
     plan_summary,
 )
 from localspec.errors import InvalidParameterError, VocabMismatchError
-from localspec.learned import LearnedKey, learned_path, load_learned
+from localspec.learned import restore_saved
 from localspec.loading import check_model_path, draft_model_path
 from localspec.prompts import load_prompts
 from localspec.types import GenerationParams
@@ -132,13 +132,10 @@ def _measure(args: argparse.Namespace, choice: ModelChoice,
             end = "\n" if done == total else ""
             print(f"\rmeasuring: {done}/{total} prompts", end=end, file=sys.stderr, flush=True)
     with load_engine(args, choice, plan=plan) as engine:
-        saved = (load_learned(learned_path(LearnedKey.of(engine.options)))
-                 if args.saved_stats else None)
-        if saved is not None:
-            engine.restore_learned(saved)
+        used_saved = args.saved_stats and restore_saved(engine)
         runs = run_comparison(engine, prompts, params, progress=progress)
         heads = {"verify_head": engine.info.verify_head, "draft_head": engine.info.draft_head,
-                 "saved_stats_used": saved is not None}
+                 "saved_stats_used": used_saved}
     return summarize(runs), len(prompts), plan_summary(plan), heads
 
 

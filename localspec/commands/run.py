@@ -25,7 +25,7 @@ from localspec.commands.common import (
 from localspec.commands.limits import limit_notes
 from localspec.engine import Engine
 from localspec.errors import InvalidParameterError
-from localspec.learned import LearnedKey, learned_path, load_learned, save_learned
+from localspec.learned import restore_saved, save_learned, saved_path
 from localspec.types import GenerationParams, GenerationResult, GenerationStats
 
 INTERRUPTED = 130  # the shell's code for a process ended by Ctrl+C
@@ -116,15 +116,12 @@ def run(args: argparse.Namespace) -> int:
     choice = choose_models(args)
     params = _params(args, choice)
     with load_engine(args, choice) as engine:
-        stats_path = learned_path(LearnedKey.of(engine.options))
-        saved = None if args.reset_stats else load_learned(stats_path)
-        if saved is not None:
-            engine.restore_learned(saved)
+        used_saved = not args.reset_stats and restore_saved(engine)
         try:
-            return _generate(args, engine, choice, text, params, used_saved=saved is not None)
+            return _generate(args, engine, choice, text, params, used_saved=used_saved)
         finally:
             if params.speculative:
-                save_learned(stats_path, engine.learned())
+                save_learned(saved_path(engine), engine.learned())
 
 
 def _generate(args: argparse.Namespace, engine: Engine, choice: ModelChoice, text: str,
