@@ -87,12 +87,12 @@ private:
 };
 
 // n-gram lookup when the context has a match (free, and often long when the output copies
-// the prompt), the draft model otherwise.
+// the prompt), a drafter that runs a model otherwise (a draft model or an EAGLE-3 head).
 class HybridDrafter : public Drafter {
 public:
-    HybridDrafter(NgramDrafter ngram, std::unique_ptr<ModelDrafter> model)
-        : ngram_(std::move(ngram)), model_(std::move(model)) {}
-    std::string name() const override { return "hybrid:" + model_->name(); }
+    HybridDrafter(NgramDrafter ngram, std::unique_ptr<Drafter> model, std::string name)
+        : ngram_(std::move(ngram)), model_(std::move(model)), name_(std::move(name)) {}
+    std::string name() const override { return name_; }
     Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override;
     Draft lookup_draft(const std::vector<Token>& history, int k) override { return ngram_.lookup_draft(history, k); }
     bool has_model() const override { return true; }
@@ -105,7 +105,8 @@ public:
 
 private:
     NgramDrafter ngram_;
-    std::unique_ptr<ModelDrafter> model_;
+    std::unique_ptr<Drafter> model_;
+    std::string name_;
 };
 
 }  // namespace localspec

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "acceptance.h"
+#include "eagle3_drafter.h"
 #include "errors.h"
 #include "text_stream.h"
 #include "vocab_check.h"
@@ -32,27 +33,64 @@ ContextOptions context_options(const EngineOptions& options, bool fast_head) {
     return out;
 }
 
-std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, const Model& target) {
-    if (options.drafter == "none") return nullptr;
-    if (options.drafter == "ngram") return std::make_unique<NgramDrafter>(options.ngram_min, options.ngram_max);
-    // "hybrid:PATH": n-gram when it matches, else the draft model at PATH.
-    const std::string hybrid_prefix = "hybrid:";
-    const bool hybrid = options.drafter.rfind(hybrid_prefix, 0) == 0;
-    const std::string path = hybrid ? options.drafter.substr(hybrid_prefix.size()) : options.drafter;
-    auto draft = std::make_shared<Model>(ModelOptions{path, options.n_gpu_layers_draft});
+// The drafter spelling: "none", "ngram", "hybrid:PATH" (n-gram when it matches, else the draft
+// at PATH), "eagle3:PATH" (n-gram when it matches, else the EAGLE-3 head at PATH) or PATH. A
+// PATH whose GGUF is an eagle3 head is one, with or without a prefix.
+struct DrafterSpec {
+    std::string kind;  // "none", "ngram", "model" or "eagle3"
+    std::string path;
+    bool with_ngram = false;
+};
+
+DrafterSpec parse_drafter(const std::string& drafter) {
+    if (drafter == "none" || drafter == "ngram") return {drafter, "", false};
+    for (const std::string prefix : {"hybrid:", "eagle3:"}) {
+        if (drafter.rfind(prefix, 0) == 0) {
+            const std::string path = drafter.substr(prefix.size());
+            return {is_eagle3_file(path) ? "eagle3" : "model", path, true};
+        }
+    }
+    if (is_eagle3_file(drafter)) return {"eagle3", drafter, true};
+    return {"model", drafter, false};
+}
+
+// The target's context; with an EAGLE-3 head it records the hidden states the head reads.
+ContextOptions target_options(const EngineOptions& options, const Model& target) {
+    ContextOptions out = context_options(options, options.fast_head);
+    const DrafterSpec spec = parse_drafter(options.drafter);
+    if (spec.kind == "eagle3") {
+        const Eagle3Info info = read_eagle3_info(spec.path);
+        check_head_fits(spec.path, info, target);
+        out.tap_layers = info.target_layers;
+    }
+    return out;
+}
+
+std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, const Model& target, Context& target_ctx) {
+    const DrafterSpec spec = parse_drafter(options.drafter);
+    if (spec.kind == "none") return nullptr;
+    if (spec.kind == "ngram") return std::make_unique<NgramDrafter>(options.ngram_min, options.ngram_max);
+    auto draft = std::make_shared<Model>(ModelOptions{spec.path, options.n_gpu_layers_draft});
     check_vocab_compatible(target, *draft);
-    auto model = std::make_unique<ModelDrafter>(draft, context_options(options, options.fast_head), target.vocab().n_tokens,
-                                                options.draft_sampling, options.draft_p_min);
-    if (!hybrid) return model;
-    return std::make_unique<HybridDrafter>(NgramDrafter(options.ngram_min, options.ngram_max), std::move(model));
+    std::unique_ptr<Drafter> model;
+    if (spec.kind == "eagle3") {
+        model = std::make_unique<Eagle3Drafter>(draft, target_ctx, options.n_threads, options.draft_sampling,
+                                                options.draft_p_min);
+    } else {
+        model = std::make_unique<ModelDrafter>(draft, context_options(options, options.fast_head),
+                                               target.vocab().n_tokens, options.draft_sampling, options.draft_p_min);
+    }
+    if (!spec.with_ngram) return model;
+    const std::string name = spec.kind == "eagle3" ? model->name() : "hybrid:" + model->name();
+    return std::make_unique<HybridDrafter>(NgramDrafter(options.ngram_min, options.ngram_max), std::move(model), name);
 }
 
 }  // namespace
 
 SpecEngine::SpecEngine(const EngineOptions& options)
     : target_model_(load_target(options)),
-      target_(*target_model_, context_options(options, options.fast_head)),
-      drafter_(make_drafter(options, *target_model_)),
+      target_(*target_model_, target_options(options, *target_model_)),
+      drafter_(make_drafter(options, *target_model_, target_)),
       controller_(drafter_ ? options.controller_k_max : 0) {}
 
 void SpecEngine::check_request(const GenerateRequest& request) const {

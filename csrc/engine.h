@@ -20,7 +20,8 @@ enum class Provenance : uint8_t { Draft = 0, Target = 1 };
 
 struct EngineOptions {
     std::string target_path;
-    std::string drafter = "ngram";  // "none", "ngram", a draft GGUF's path, or "hybrid:PATH"
+    // "none", "ngram", a draft GGUF's path, "hybrid:PATH" or "eagle3:PATH" (engine.cpp, parse_drafter)
+    std::string drafter = "ngram";
     int n_ctx = 4096;
     int n_threads = 0;
     int n_gpu_layers_target = -1;

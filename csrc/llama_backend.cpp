@@ -13,8 +13,9 @@
 #include <thread>
 
 #include "errors.h"
-#include "head_hook.h"
+#include "graph_tap.h"
 #include "head_common.h"
+#include "head_hook.h"
 
 namespace localspec {
 
@@ -188,6 +189,12 @@ std::string Model::metadata(const std::string& key) const {
 
 int Model::n_ctx_train() const { return llama_model_n_ctx_train(impl_->model); }
 
+int Model::n_layer() const { return llama_model_n_layer(impl_->model); }
+
+int Model::n_embd() const { return llama_model_n_embd(impl_->model); }
+
+std::string Model::architecture() const { return metadata("general.architecture"); }
+
 uint64_t Model::size_bytes() const { return llama_model_size(impl_->model); }
 
 std::string Model::memory_kind() const {
@@ -198,6 +205,32 @@ std::string Model::memory_kind() const {
 
 // ---- context -------------------------------------------------------------------------------
 
+namespace {
+
+// What a target context's eval callback serves: the layer tap copies its nodes, the head hook
+// may stop the graph at the final norm (when fast_head).
+struct TargetHooks {
+    bool fast_head = false;
+    HeadHook hook;  // localspec's output head
+    GraphTap tap;  // the inputs of ContextOptions::tap_layers
+};
+
+bool on_target_node(ggml_tensor* t, bool ask, void* user_data) {
+    auto& hooks = *static_cast<TargetHooks*>(user_data);
+    if (ask) {
+        const bool tap = hooks.tap.wants(t);
+        const bool head = hooks.fast_head && HeadHook::on_graph_node(t, true, &hooks.hook);
+        return tap || head;
+    }
+    if (hooks.tap.wants(t)) {
+        hooks.tap.capture(t);
+        return true;
+    }
+    return HeadHook::on_graph_node(t, false, &hooks.hook);
+}
+
+}  // namespace
+
 struct Context::Impl {
     llama_context* ctx = nullptr;
     llama_batch batch{};
@@ -205,13 +238,33 @@ struct Context::Impl {
     int n_ubatch = 0;
     int n_threads = 1;
     bool fast_head = false;
-    HeadHook hook;  // localspec's output head, when fast_head
+    TargetHooks hooks;  // the head hook and the layer tap
+    HeadHook& hook = hooks.hook;
     bool used_head = false;  // the last decode's logits come from `hook`
     ~Impl() {
         if (batch.token) llama_batch_free(batch);
         if (ctx) llama_free(ctx);
     }
 };
+
+namespace {
+
+GraphTap layer_tap(const Model& model, const std::vector<int>& layers) {
+    std::vector<std::string> names;
+    for (int il : layers) {
+        if (il < 1 || il >= model.n_layer()) {
+            throw UserError(ErrorKind::InvalidParameter,
+                            "the drafter reads the input of layer " + std::to_string(il) + ", but '" +
+                                model.path() + "' has layers 0.." + std::to_string(model.n_layer() - 1) +
+                                " and localspec reads layers 1.." + std::to_string(model.n_layer() - 1) +
+                                "; use a head made for this target.");
+        }
+        names.push_back(layer_input_name(il));
+    }
+    return GraphTap(names);
+}
+
+}  // namespace
 
 Context::Context(const Model& model, const ContextOptions& options) : impl_(std::make_unique<Impl>()) {
     llama_context_params params = llama_context_default_params();
@@ -229,9 +282,11 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
     // rollback those would be missing from the window: keep the full-size cache instead.
     params.swa_full = true;
     impl_->fast_head = options.fast_head && !vnni_kernel_names().empty();
-    if (impl_->fast_head) {
-        params.cb_eval = HeadHook::on_graph_node;
-        params.cb_eval_user_data = &impl_->hook;
+    impl_->hooks.fast_head = impl_->fast_head;
+    impl_->hooks.tap = layer_tap(model, options.tap_layers);
+    if (impl_->fast_head || !impl_->hooks.tap.empty()) {
+        params.cb_eval = on_target_node;
+        params.cb_eval_user_data = &impl_->hooks;
     }
     impl_->n_threads = threads;
     take_last_error();
@@ -247,8 +302,9 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
     impl_->n_ubatch = static_cast<int>(params.n_ubatch);
     impl_->batch = llama_batch_init(impl_->n_batch, 0, 1);
     n_vocab_ = llama_vocab_n_tokens(model.impl_->vocab);
-    if (impl_->fast_head) {
-        // One token through the graph shows the hook the head: the head is built at load.
+    if (impl_->fast_head || !impl_->hooks.tap.empty()) {
+        // One token through the graph shows the hook the head (built at load) and proves that
+        // the graph names the tapped layers.
         const Token bos = llama_vocab_bos(model.impl_->vocab);
         decode({bos >= 0 ? bos : 0}, 1);
         truncate(0);
@@ -291,6 +347,7 @@ void Context::decode(const std::vector<Token>& tokens, int n_logits) {
         }
         kv_tokens_.insert(kv_tokens_.end(), tokens.begin() + static_cast<long>(start),
                           tokens.begin() + static_cast<long>(end));
+        record_features();
     }
     n_logits_ = static_cast<int>(n - first_logit);
     impl_->used_head = impl_->fast_head && impl_->hook.after_decode(n_logits_, n_vocab_, impl_->n_threads);
@@ -316,6 +373,8 @@ bool Context::try_truncate(size_t n_keep) {
     // memory as it was. Removing everything (from 0) always succeeds.
     if (!llama_memory_seq_rm(llama_get_memory(impl_->ctx), 0, static_cast<llama_pos>(n_keep), -1)) return false;
     kv_tokens_.resize(n_keep);
+    features_begin_ = std::min(features_begin_, n_keep);
+    features_.resize((n_keep - features_begin_) * static_cast<size_t>(feature_width_));
     n_logits_ = 0;
     impl_->used_head = false;
     return true;
@@ -327,6 +386,48 @@ void Context::truncate(size_t n_keep) {
                              std::to_string(kv_tokens_.size() - 1) +
                              " (a recurrent or hybrid model keeps one running state), so it cannot take back "
                              "draft tokens; decode it with the drafter 'none'.");
+}
+
+// After a decode: the tap holds each tapped layer's rows for the new positions; interleave
+// them into one row per position.
+void Context::record_features() {
+    GraphTap& tap = impl_->hooks.tap;
+    if (tap.empty()) return;
+    const size_t n_new = kv_tokens_.size() - features_begin_ - features_.size() / std::max<size_t>(1, feature_width_);
+    std::vector<int> widths;
+    for (size_t i = 0; i < tap.size(); ++i) {
+        if (static_cast<size_t>(tap.n_rows(i)) != n_new) {
+            throw UserError(ErrorKind::InvalidParameter,
+                            "this target's graph does not show the hidden states a hidden-state drafter "
+                            "reads (node 'l_out-N' missing); use another drafter for this model.");
+        }
+        widths.push_back(tap.width(i));
+    }
+    int width = 0;
+    for (int w : widths) width += w;
+    feature_width_ = width;
+    for (size_t r = 0; r < n_new; ++r) {
+        for (size_t i = 0; i < tap.size(); ++i) {
+            const float* src = tap.rows(i).data() + r * static_cast<size_t>(widths[i]);
+            features_.insert(features_.end(), src, src + widths[i]);
+        }
+    }
+    tap.clear();
+}
+
+const float* Context::features(size_t pos) const {
+    if (pos < features_begin_ || pos >= kv_tokens_.size() || feature_width_ == 0) {
+        throw std::out_of_range("no recorded features for position " + std::to_string(pos));
+    }
+    return features_.data() + (pos - features_begin_) * static_cast<size_t>(feature_width_);
+}
+
+void Context::drop_features_before(size_t pos) {
+    pos = std::min(pos, kv_tokens_.size());
+    if (pos <= features_begin_) return;
+    const size_t n = (pos - features_begin_) * static_cast<size_t>(feature_width_);
+    features_.erase(features_.begin(), features_.begin() + static_cast<long>(n));
+    features_begin_ = pos;
 }
 
 size_t Context::sync(const std::vector<Token>& tokens, int n_logits) {
@@ -345,28 +446,126 @@ size_t Context::sync(const std::vector<Token>& tokens, int n_logits) {
     return rest.size();
 }
 
-// ---- devices ------------------------------------------------------------------------------
+// ---- EAGLE-3 head context ---------------------------------------------------------------
 
-std::vector<DeviceInfo> list_devices() {
-    std::vector<DeviceInfo> out;
-    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
-        ggml_backend_dev_t dev = ggml_backend_dev_get(i);
-        DeviceInfo info;
-        info.name = ggml_backend_dev_name(dev);
-        info.description = ggml_backend_dev_description(dev);
-        switch (ggml_backend_dev_type(dev)) {
-            case GGML_BACKEND_DEVICE_TYPE_CPU: info.kind = "cpu"; break;
-            case GGML_BACKEND_DEVICE_TYPE_GPU: info.kind = "gpu"; break;
-            case GGML_BACKEND_DEVICE_TYPE_IGPU: info.kind = "igpu"; break;
-            default: info.kind = "accel"; break;
-        }
-        size_t free = 0, total = 0;
-        ggml_backend_dev_memory(dev, &free, &total);
-        info.free_bytes = free;
-        info.total_bytes = total;
-        out.push_back(std::move(info));
+namespace {
+
+// The graph nodes a head context copies: the encoder's output g = fc(features), and the
+// decoder's state before and after the final norm.
+enum HeadNode : size_t { kFcOut = 0, kPrenorm = 1, kNormed = 2 };
+
+bool on_head_node(ggml_tensor* t, bool ask, void* user_data) {
+    auto& tap = *static_cast<GraphTap*>(user_data);
+    if (ask) return tap.wants(t);
+    tap.capture(t);
+    return std::strcmp(t->name, "result_norm") != 0;  // stop: llama.cpp's output layer never runs
+}
+
+}  // namespace
+
+struct HeadContext::Impl {
+    llama_context* ctx = nullptr;
+    llama_batch_ext* batch = nullptr;
+    GraphTap tap{{"fc_out", "eagle3_prenorm-0", "result_norm"}};
+    int n_chunk = 512;  // rows per llama_process call (the encoder takes one ubatch)
+    ~Impl() {
+        if (batch) llama_batch_ext_free(batch);
+        if (ctx) llama_free(ctx);
     }
-    return out;
+    void process(llama_process_type type) {
+        take_last_error();
+        const int32_t rc = llama_process(ctx, type, batch);
+        if (rc != 0) {
+            throw std::runtime_error("the EAGLE-3 head's pass failed with code " + std::to_string(rc) + ": " +
+                                     take_last_error());
+        }
+    }
+};
+
+HeadContext::HeadContext(const Model& head, const Context& target, int n_threads)
+    : impl_(std::make_unique<Impl>()), n_embd_(head.n_embd()) {
+    llama_context_params params = llama_context_default_params();
+    const int threads = n_threads > 0 ? n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    params.n_ctx = static_cast<uint32_t>(target.n_ctx());
+    params.n_batch = params.n_ubatch = static_cast<uint32_t>(impl_->n_chunk);
+    params.n_seq_max = 1;
+    params.n_threads = params.n_threads_batch = threads;
+    params.no_perf = true;
+    params.ctx_other = target.impl_->ctx;  // the head borrows the target's token embeddings
+    params.cb_eval = on_head_node;
+    params.cb_eval_user_data = &impl_->tap;
+    take_last_error();
+    impl_->ctx = llama_init_from_model(head.impl_->model, params);
+    if (!impl_->ctx) {
+        throw UserError(ErrorKind::ModelLoad, "could not create a context for the EAGLE-3 head '" + head.path() +
+                                                  "': " + take_last_error());
+    }
+    impl_->batch = llama_batch_ext_init(impl_->ctx);
+}
+
+HeadContext::~HeadContext() = default;
+
+void HeadContext::encode(const float* features, int n_rows, int width, std::vector<float>& g) {
+    g.clear();
+    for (int start = 0; start < n_rows; start += impl_->n_chunk) {
+        const int end = std::min(n_rows, start + impl_->n_chunk);
+        llama_batch_ext_clear(impl_->batch);
+        for (int i = start; i < end; ++i) {
+            const llama_embd row{features + static_cast<size_t>(i) * static_cast<size_t>(width), 1,
+                                 static_cast<size_t>(width)};
+            const int32_t idx = llama_batch_ext_add_embd(impl_->batch, 0, row);
+            // The encoder is per row; its positions only have to continue the memory's.
+            const llama_pos pos = n_positions_ + (i - start);
+            if (idx < 0 || !llama_batch_ext_set_pos(impl_->batch, idx, &pos)) {
+                throw std::runtime_error("could not build the EAGLE-3 head's encoder batch");
+            }
+        }
+        impl_->tap.clear();
+        impl_->process(LLAMA_PROCESS_TYPE_ENCODE);
+        const auto& out = impl_->tap.rows(kFcOut);
+        g.insert(g.end(), out.begin(), out.end());
+    }
+    if (g.size() != static_cast<size_t>(n_rows) * static_cast<size_t>(n_embd_)) {
+        throw std::logic_error("the EAGLE-3 head's encoder returned the wrong number of rows");
+    }
+}
+
+void HeadContext::decode(const Token* tokens, const float* g, int n_rows) {
+    impl_->tap.clear();
+    for (int start = 0; start < n_rows; start += impl_->n_chunk) {
+        const int end = std::min(n_rows, start + impl_->n_chunk);
+        llama_batch_ext_clear(impl_->batch);
+        for (int i = start; i < end; ++i) {
+            const int32_t idx = llama_batch_ext_add_token(impl_->batch, 0, tokens[i]);
+            const llama_pos pos = n_positions_ + i;
+            const llama_embd state{g + static_cast<size_t>(i) * static_cast<size_t>(n_embd_), 1,
+                                   static_cast<size_t>(n_embd_)};
+            if (idx < 0 || !llama_batch_ext_set_pos(impl_->batch, idx, &pos) ||
+                !llama_batch_ext_set_embd_token(impl_->batch, idx, state)) {
+                throw std::runtime_error("could not build the EAGLE-3 head's decoder batch");
+            }
+        }
+        impl_->process(LLAMA_PROCESS_TYPE_DECODE);
+    }
+    n_positions_ += n_rows;
+    n_rows_ = n_rows;
+    if (impl_->tap.n_rows(kNormed) != n_rows || impl_->tap.n_rows(kPrenorm) != n_rows) {
+        throw std::runtime_error("the EAGLE-3 head's graph did not show its states (eagle3_prenorm, result_norm)");
+    }
+}
+
+const float* HeadContext::prenorm(int row) const {
+    return impl_->tap.rows(kPrenorm).data() + static_cast<size_t>(row) * static_cast<size_t>(n_embd_);
+}
+
+const float* HeadContext::normed(int row) const {
+    return impl_->tap.rows(kNormed).data() + static_cast<size_t>(row) * static_cast<size_t>(n_embd_);
+}
+
+void HeadContext::truncate(int n_keep) {
+    if (n_keep >= n_positions_) return;
+    llama_memory_seq_rm(llama_get_memory(impl_->ctx), 0, static_cast<llama_pos>(n_keep), -1);
+    n_positions_ = n_keep;
 }
 
 // ---- quantization -----------------------------------------------------------------------

@@ -49,6 +49,9 @@ public:
     std::string description() const;
     std::string metadata(const std::string& key) const;  // "" when absent
     int n_ctx_train() const;
+    int n_layer() const;
+    int n_embd() const;
+    std::string architecture() const;  // general.architecture
     uint64_t size_bytes() const;
     // How the model remembers a sequence: "attention" (a KV entry per position), "recurrent"
     // (one state: Mamba, RWKV) or "hybrid" (both: Jamba, LFM2, Qwen3-Next, Qwen3.5, ...).
@@ -59,6 +62,7 @@ public:
 
 private:
     friend class Context;
+    friend class HeadContext;
     struct Impl;
     std::unique_ptr<Impl> impl_;
     std::string path_;
@@ -71,6 +75,9 @@ struct ContextOptions {
     // Compute every decode's logits with localspec's own head (q8_head.h, q6k_head.h) when the
     // output head is Q8_0 or Q6_K in CPU memory and the CPU can run it; llama.cpp's otherwise.
     bool fast_head = false;
+    // Layers whose input hidden states each decode records (a hidden-state drafter reads them:
+    // Context::features). Empty: none.
+    std::vector<int> tap_layers;
 };
 
 // One llama_context with a single sequence, plus the list of tokens its KV cache holds.
@@ -108,12 +115,59 @@ public:
     // decoded.
     size_t sync(const std::vector<Token>& tokens, int n_logits);
 
+    // The hidden states entering ContextOptions::tap_layers, recorded per cached position:
+    // row p (features_begin() <= p < kv_tokens().size()) is those layers' inputs for the token
+    // at position p, concatenated (feature_width() floats). truncate() drops rows with the
+    // cache entries; drop_features_before(p) frees rows a reader no longer needs.
+    int feature_width() const { return feature_width_; }
+    size_t features_begin() const { return features_begin_; }
+    const float* features(size_t pos) const;
+    void drop_features_before(size_t pos);
+
 private:
+    friend class HeadContext;
+    void record_features();
     struct Impl;
     std::unique_ptr<Impl> impl_;
     std::vector<Token> kv_tokens_;
     int n_vocab_ = 0;
     int n_logits_ = 0;
+    int feature_width_ = 0;
+    size_t features_begin_ = 0;
+    std::vector<float> features_;
+};
+
+// The llama_context of an EAGLE-3 head (a GGUF of architecture "eagle3"), next to its target's
+// context (whose token embeddings it borrows). Its memory holds one entry per target position
+// P: the pair (token at P + 1, g_P), where g_P = fc(the target's features at P). The graph stops
+// after the final norm: localspec computes the draft logits itself (eagle3_head.h), over the
+// head's own vocabulary, instead of llama.cpp's head scattered into the target's vocabulary.
+class HeadContext {
+public:
+    HeadContext(const Model& head, const Context& target, int n_threads);
+    ~HeadContext();
+    HeadContext(const HeadContext&) = delete;
+    HeadContext& operator=(const HeadContext&) = delete;
+
+    int n_embd() const { return n_embd_; }
+    int n_positions() const { return n_positions_; }  // entries 0 .. n_positions()-1 are held
+    // g rows (n_embd() each) for `n_rows` rows of target features.
+    void encode(const float* features, int n_rows, int width, std::vector<float>& g);
+    // Append the pairs (tokens[i], g row i) at positions n_positions() + i. Afterwards
+    // prenorm(i) is row i's state before the final norm (the next draft step's g) and
+    // normed(i) its normalised state (the input of the draft logits).
+    void decode(const Token* tokens, const float* g, int n_rows);
+    const float* prenorm(int row) const;
+    const float* normed(int row) const;
+    int n_rows() const { return n_rows_; }  // rows of the last decode
+    void truncate(int n_keep);
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+    int n_embd_ = 0;
+    int n_rows_ = 0;
+    int n_positions_ = 0;
 };
 
 // A compute device as ggml's backend registry reports it (the memory planner's input).

@@ -13,13 +13,22 @@ from localspec.types import EngineInfo
 
 DRAFTER_KEYWORDS = ("ngram", "none")
 HYBRID_PREFIX = "hybrid:"  # "hybrid:PATH": n-gram when it matches, else the model at PATH
+EAGLE3_PREFIX = "eagle3:"  # "eagle3:PATH": n-gram when it matches, else the EAGLE-3 head at PATH
 # Architectures of draft heads: they borrow the target's embeddings and cannot run alone.
 HEAD_ARCHITECTURES = ("eagle3",)
 
 
 def draft_model_path(drafter: str) -> str:
-    """The GGUF path inside a drafter spec (a path, or "hybrid:PATH")."""
-    return drafter[len(HYBRID_PREFIX) :] if drafter.startswith(HYBRID_PREFIX) else drafter
+    """The GGUF path inside a drafter spec (a path, "hybrid:PATH" or "eagle3:PATH")."""
+    for prefix in (HYBRID_PREFIX, EAGLE3_PREFIX):
+        if drafter.startswith(prefix):
+            return drafter[len(prefix) :]
+    return drafter
+
+
+def is_head(path: str) -> bool:
+    """Whether the GGUF at `path` is a draft head (it drafts from the target's hidden states)."""
+    return read_gguf(path, read_arrays=False).architecture in HEAD_ARCHITECTURES
 
 
 @dataclass(frozen=True)
@@ -49,7 +58,7 @@ def check_model_path(path: str, role: str) -> None:
     if not os.access(p, os.R_OK):
         raise ModelLoadError(f"The {role} model '{path}' is not readable; check its permissions.")
     architecture = read_gguf(p, read_arrays=False).architecture
-    if architecture in HEAD_ARCHITECTURES and role in ("target", "draft"):
+    if architecture in HEAD_ARCHITECTURES and role == "target":
         raise ModelLoadError(
             f"'{path}' is an {architecture} draft head, not a model that generates text on its "
             f"own; give its target model as the {role} model."
@@ -63,6 +72,8 @@ def check_draft_memory(options: LoadOptions) -> None:
     if options.draft in DRAFTER_KEYWORDS:
         return
     draft = draft_model_path(options.draft)
+    if is_head(draft):
+        return
     if read_gguf(draft, read_arrays=False).architecture == read_gguf(
         options.target, read_arrays=False
     ).architecture:
@@ -105,7 +116,13 @@ def _check_options(options: LoadOptions) -> None:
         raise InvalidParameterError(f"n_threads={options.n_threads!r} is invalid: use 1 or more.")
     check_model_path(options.target, "target")
     if options.draft not in DRAFTER_KEYWORDS:
-        check_model_path(draft_model_path(options.draft), "draft")
+        draft = draft_model_path(options.draft)
+        check_model_path(draft, "draft")
+        if options.draft.startswith(EAGLE3_PREFIX) and not is_head(draft):
+            raise ModelLoadError(
+                f"'{draft}' is not an EAGLE-3 head; give an eagle3 GGUF after 'eagle3:', or the "
+                "path alone for a draft model."
+            )
 
 
 def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:
