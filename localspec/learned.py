@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from localspec import _core
-from localspec.loading import LoadOptions
+from localspec.loading import LoadOptions, split_drafter
 
 if TYPE_CHECKING:
     from localspec.engine import Engine
@@ -104,9 +104,9 @@ def _file_identity(path: str) -> str:
 
 
 def _drafter_identity(drafter: str) -> str:
-    """"ngram"/"none" as they are; a draft model (or "hybrid:PATH") by its file's identity."""
+    """"ngram"/"none" as they are; a draft model or head (with its prefix) by its file's
+    identity."""
     if drafter in ("ngram", "none"):
         return drafter
-    if drafter.startswith("hybrid:"):
-        return "hybrid:" + _file_identity(drafter.removeprefix("hybrid:"))
-    return _file_identity(drafter)
+    prefix, path = split_drafter(drafter)
+    return prefix + _file_identity(path)

@@ -18,12 +18,29 @@ EAGLE3_PREFIX = "eagle3:"  # "eagle3:PATH": n-gram when it matches, else the EAG
 HEAD_ARCHITECTURES = ("eagle3",)
 
 
+DRAFTER_PREFIXES = (HYBRID_PREFIX, EAGLE3_PREFIX)
+
+
+def split_drafter(drafter: str) -> tuple[str, str]:
+    """(prefix, GGUF path) of a drafter spec: ("", PATH) for a bare path."""
+    for prefix in DRAFTER_PREFIXES:
+        if drafter.startswith(prefix):
+            return prefix, drafter[len(prefix) :]
+    return "", drafter
+
+
 def draft_model_path(drafter: str) -> str:
     """The GGUF path inside a drafter spec (a path, "hybrid:PATH" or "eagle3:PATH")."""
-    for prefix in (HYBRID_PREFIX, EAGLE3_PREFIX):
-        if drafter.startswith(prefix):
-            return drafter[len(prefix) :]
-    return drafter
+    return split_drafter(drafter)[1]
+
+
+def canonical_drafter(drafter: str) -> str:
+    """The spelling the engine reports: an EAGLE-3 head is "eagle3:PATH" however it was given
+    (a bare path or "hybrid:PATH" name the same n-gram + head drafter)."""
+    if drafter in DRAFTER_KEYWORDS:
+        return drafter
+    path = draft_model_path(drafter)
+    return EAGLE3_PREFIX + path if is_head(path) else drafter
 
 
 def is_head(path: str) -> bool:
@@ -148,7 +165,7 @@ def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:
     except ModelLoadError:
         core.close()
         raise
-    return core, _engine_info(core, replace(options, draft=drafter), notice)
+    return core, _engine_info(core, replace(options, draft=canonical_drafter(drafter)), notice)
 
 
 def _engine_info(core: _core.Core, options: LoadOptions, notice: str) -> EngineInfo:

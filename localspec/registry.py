@@ -38,7 +38,7 @@ else:  # pragma: no cover - Python 3.10
 
 PACKAGE_MODELS_FILE = Path(__file__).parent / "data" / "models.toml"
 SPECIAL_DRAFTERS = ("ngram", "none")
-HYBRID_PREFIX = "hybrid:"
+DRAFTER_PREFIXES = ("hybrid:", "eagle3:")  # as localspec.loading.DRAFTER_PREFIXES
 _MODEL_KEYS = {"source": str, "revision": str, "kind": str, "instruct": str, "description": str}
 MODEL_KINDS = ("base", "instruct")
 # [heads.NAME]: a hidden-state draft head published as a checkpoint (hf:ORG/REPO, safetensors;
@@ -248,13 +248,14 @@ class Registry:
         return hub_cached_path(source) is not None
 
     def resolve_drafter(self, spec: str | None, *, download: bool = True) -> str:
-        """``"ngram"``, ``"none"``, the local path of a draft model, or ``"hybrid:PATH"`` (n-gram
-        when the context has a match, else that draft model)."""
+        """``"ngram"``, ``"none"``, the local path of a draft model, ``"hybrid:PATH"`` (n-gram
+        when the context has a match, else that draft model) or ``"eagle3:PATH"`` (the same
+        with an EAGLE-3 head)."""
         if spec is None or spec.lower() in SPECIAL_DRAFTERS:
             return (spec or "ngram").lower()
-        if spec.startswith(HYBRID_PREFIX):
-            model = spec[len(HYBRID_PREFIX) :]
-            return HYBRID_PREFIX + str(self.resolve_model(model, download=download))
+        for prefix in DRAFTER_PREFIXES:
+            if spec.startswith(prefix):
+                return prefix + str(self.resolve_model(spec[len(prefix) :], download=download))
         return str(self.resolve_model(spec, download=download))
 
     def pair(self, name: str | None = None) -> PairEntry:

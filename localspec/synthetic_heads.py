@@ -32,6 +32,7 @@ class HeadSpec:
     target_layers: tuple[int, int, int] | None = None  # None: low / mid / high
     scale: float = 1.0  # of the output layer: larger gives peakier draft distributions
     seed: int = 0
+    f16: bool = False  # matrices in F16, as published heads are (norms stay F32)
 
 
 def default_target_layers(n_layer: int) -> tuple[int, int, int]:
@@ -82,7 +83,7 @@ def write_eagle3_head(
     writer = eagle3.start_writer(path, params)
     n_out = spec.draft_vocab or n_vocab
     for name, array in _tensors(spec, info.n_embd, n_out).items():
-        writer.add_tensor(name, array)
+        writer.add_tensor(name, array.astype(np.float16) if spec.f16 and array.ndim == 2 else array)
     if spec.draft_vocab:
         rng = np.random.default_rng(spec.seed + 1)
         target_ids = np.sort(rng.choice(n_vocab, size=spec.draft_vocab, replace=False))

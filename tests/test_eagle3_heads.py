@@ -93,8 +93,8 @@ def test_d2t_checks() -> None:
 def test_head_given_as_a_model_is_refused(head_path: Path, tiny_model_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="eagle3 draft head, not a model"):
         Engine.load(head_path, draft="none")
-    with pytest.raises(ModelLoadError, match="eagle3 draft head"):
-        Engine.load(tiny_model_path, draft=head_path)
+    with pytest.raises(ModelLoadError, match="eagle3 draft head, not a model"):
+        Engine.load(head_path, draft=tiny_model_path)
     proc = subprocess.run(
         [sys.executable, "-m", "localspec.cli", "run", "hello", "--target", str(head_path)],
         capture_output=True, text=True, timeout=120,

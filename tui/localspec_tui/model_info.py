@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from localspec.loading import HYBRID_PREFIX, draft_model_path
+from localspec.loading import EAGLE3_PREFIX, HYBRID_PREFIX, draft_model_path
 from localspec.model_kind import ModelKind
 from localspec.types import EngineInfo
 
@@ -20,6 +20,8 @@ def drafter_label(info: EngineInfo) -> str:
         return info.drafter
     if info.drafter.startswith(HYBRID_PREFIX):
         return "ngram+" + Path(draft_model_path(info.drafter)).stem
+    if info.drafter.startswith(EAGLE3_PREFIX):
+        return "ngram+eagle3 " + Path(draft_model_path(info.drafter)).stem
     return Path(info.drafter).stem
 
 

@@ -1,0 +1,165 @@
+"""EAGLE-3 drafting through the core (docs/design.md, "Hidden-state drafting"): tiny random
+heads on the tiny target. Whatever the head drafts, the output is the target's: greedy output
+equals plain decoding token for token (with and without a d2t draft vocabulary, fixed k and
+the controller, across requests that reuse the cache, prompts longer than one head batch), and
+sampling follows the target's distribution. As everywhere (tests/test_generation.py), a greedy
+divergence is allowed only as a numerical tie that the target's same-shape replay confirms."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from localspec import _core
+from localspec.engine import Engine
+from localspec.errors import LocalspecError
+from localspec.lossless import compare_greedy
+from localspec.synthetic import TinyConfig, write_model
+from localspec.synthetic_heads import HeadSpec, write_eagle3_head
+from localspec.types import GenerationParams
+from tests.stats_helpers import P_VALUE_FLOOR, chi_square_pvalue
+
+GREEDY = GenerationParams(temperature=0.0, max_tokens=300, ignore_eos=True)
+PROMPT = "the quick brown fox jumps over the lazy dog and the speculative"
+
+
+@pytest.fixture(scope="module")
+def heads(model_dir: Path, tiny_model_path: Path) -> dict[str, Path]:
+    return {
+        "d2t": write_eagle3_head(model_dir / "e3-d2t.gguf", tiny_model_path, HeadSpec(draft_vocab=128, seed=3)),
+        # The whole vocabulary and a flatter output: more of its drafts are accepted.
+        "full": write_eagle3_head(model_dir / "e3-full.gguf", tiny_model_path,
+                                  HeadSpec(draft_vocab=0, scale=0.3, seed=4)),
+        "flat-d2t": write_eagle3_head(model_dir / "e3-flat-d2t.gguf", tiny_model_path,
+                                      HeadSpec(draft_vocab=200, scale=0.3, seed=6)),
+    }
+
+
+@pytest.fixture(scope="module")
+def plain(tiny_model_path: Path):
+    engine = Engine.load(tiny_model_path, draft="none", n_ctx=1024)
+    yield engine
+    engine.close()
+
+
+def assert_same_or_tie(plain: Engine, prompt: str | list[int], expected: list[int], result) -> None:
+    tokens = plain.tokenize(prompt) if isinstance(prompt, str) else prompt
+    divergence = compare_greedy(plain, tokens, expected, result)
+    assert divergence is None or divergence.verdict == "tie", divergence
+
+
+def load(target: Path, head: Path, prefix: str = "eagle3:") -> Engine:
+    return Engine.load(target, draft=f"{prefix}{head}", n_ctx=1024, draft_p_min=0.0)
+
+
+@pytest.mark.parametrize("head", ["d2t", "full"])
+@pytest.mark.parametrize("draft_max", [3, "auto"])
+def test_greedy_output_equals_plain(plain, heads, tiny_model_path, head: str, draft_max) -> None:
+    engine = load(tiny_model_path, heads[head])
+    try:
+        expected = plain.generate(PROMPT, GREEDY)
+        got = engine.generate(PROMPT, GREEDY, draft_max=draft_max)
+        assert_same_or_tie(plain, PROMPT, expected.tokens, got)
+        if draft_max == 3:
+            assert got.stats.drafted > 200 and got.stats.rejected > 0  # rollbacks happened
+    finally:
+        engine.close()
+
+
+def test_the_head_is_accepted_sometimes(heads, tiny_model_path) -> None:
+    """The full-vocabulary head is right often enough that accepted drafts (not only
+    rejections) cross the step's rollback: the identity above covers both paths."""
+    engine = load(tiny_model_path, heads["full"])
+    try:
+        prompt = "zq " * 3 + PROMPT  # few n-gram matches: the head drafts
+        result = engine.generate(prompt, GREEDY, draft_max=3)
+        assert result.stats.accepted > 5
+    finally:
+        engine.close()
+
+
+def test_cache_reuse_long_prompts_and_cancel(plain, heads, tiny_model_path) -> None:
+    """Requests that share a prefix, one that rewrites an old prefix, and a prompt longer than
+    one head batch (512 rows): each equals plain decoding."""
+    engine = load(tiny_model_path, heads["full"])
+    long_prompt = list(range(5, 300)) * 2 + list(range(7, 120))  # 703 tokens
+    short = GenerationParams(temperature=0.0, max_tokens=60, ignore_eos=True)
+    try:
+        for prompt in [PROMPT, PROMPT + " and again", long_prompt, "zq " + PROMPT, PROMPT]:
+            assert engine.generate(prompt, short, draft_max=4).tokens == plain.generate(prompt, short).tokens
+        stream = engine.stream(PROMPT, short, draft_max=4)
+        next(stream)
+        stream.close()  # cancelled mid-generation; the next request still matches
+        assert engine.generate(PROMPT, short, draft_max=4).tokens == plain.generate(PROMPT, short).tokens
+    finally:
+        engine.close()
+
+
+def test_a_bare_head_path_is_an_eagle3_drafter(heads, tiny_model_path) -> None:
+    for spelling in ("", "hybrid:"):
+        engine = load(tiny_model_path, heads["d2t"], prefix=spelling)
+        try:
+            assert engine.info.drafter == f"eagle3:{heads['d2t']}"
+        finally:
+            engine.close()
+
+
+def test_sampling_follows_the_target_distribution(plain, heads, tiny_model_path) -> None:
+    """First and second tokens over many seeds fit the target's warped distribution, with the
+    head's q (mapped through d2t) in the rejection rule."""
+    # No truncation: the head's q then overlaps the target's p enough for acceptances.
+    params = GenerationParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=2)
+    sp = _core.SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+
+    def exact(tokens: list[int]) -> dict[int, float]:
+        ids, probs = _core.warp(plain.next_token_logits(tokens), sp)
+        return dict(zip(ids, probs, strict=False))
+
+    engine = load(tiny_model_path, heads["flat-d2t"])  # q lives on 200 of the 300 tokens
+    try:
+        prompt = engine.tokenize("zq the quick brown fox")
+        outputs = [engine.generate(prompt, params, seed=seed, draft_max=3) for seed in range(2000)]
+    finally:
+        engine.close()
+    drafted, accepted = sum(o.stats.drafted for o in outputs), sum(o.stats.accepted for o in outputs)
+    assert drafted > 1500 and 50 < accepted < drafted - 50
+    first = [o.tokens[0] for o in outputs]
+    assert chi_square_pvalue(first, exact(prompt)) > P_VALUE_FLOOR
+    top = Counter(first).most_common(1)[0][0]
+    second = [o.tokens[1] for o in outputs if o.tokens[0] == top]
+    assert chi_square_pvalue(second, exact(prompt + [top])) > P_VALUE_FLOOR
+
+
+def test_the_controller_turns_a_useless_head_off(heads, tiny_model_path) -> None:
+    """A head whose drafts are (almost) never accepted: with the controller, drafting stops
+    after a few probes."""
+    engine = load(tiny_model_path, heads["d2t"])
+    # Sampled text rarely repeats, so n-gram lookups rarely propose: the head does the drafting.
+    params = GenerationParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=400,
+                              ignore_eos=True, seed=5)
+    try:
+        fixed = engine.generate(PROMPT, params, draft_max=3)
+        auto = engine.generate(PROMPT, params, draft_max="auto", reuse_cache=False)
+    finally:
+        engine.close()
+    assert fixed.stats.drafted > 600 and fixed.stats.acceptance_rate < 0.1
+    assert auto.stats.drafted < fixed.stats.drafted / 4
+
+
+def test_a_head_for_another_target_is_refused(model_dir: Path, heads, tiny_model_path) -> None:
+    wide = write_model(model_dir / "tiny-wide.gguf", TinyConfig(n_embd=96, n_head=4, n_head_kv=2))
+    with pytest.raises(LocalspecError, match="hidden size 64, but .* has 96; use a head made for this target"):
+        load(wide, heads["d2t"])
+    deep = write_eagle3_head(model_dir / "e3-deep.gguf", tiny_model_path, HeadSpec(target_layers=(1, 2, 9)))
+    with pytest.raises(LocalspecError, match="reads layer 9, but .* has layers 0..3"):
+        load(tiny_model_path, deep)
+    first = write_eagle3_head(model_dir / "e3-layer0.gguf", tiny_model_path, HeadSpec(target_layers=(0, 1, 2)))
+    with pytest.raises(LocalspecError, match="reads layer 0"):
+        load(tiny_model_path, first)
+
+
+def test_eagle3_prefix_on_a_model_is_refused(tiny_model_path, tiny_draft_path) -> None:
+    with pytest.raises(LocalspecError, match="is not an EAGLE-3 head"):
+        load(tiny_model_path, tiny_draft_path)
