@@ -394,6 +394,19 @@ PYBIND11_MODULE(_core, m) {
         d["problem"] = cmp.problem;
         return d;
     });
+    m.def("layer_inputs", [](const std::string& path, const std::vector<Token>& tokens, const std::vector<int>& layers,
+                             bool extracted) {
+        std::vector<float> rows;
+        {
+            py::gil_scoped_release release;
+            backend_init(false);
+            const Model model(ModelOptions{path, 0});
+            rows = extracted ? extracted_layer_inputs(model, tokens, layers) : tapped_layer_inputs(model, tokens, layers);
+        }
+        py::array_t<float> out({static_cast<py::ssize_t>(tokens.size()), static_cast<py::ssize_t>(rows.size() / std::max<size_t>(1, tokens.size()))});
+        std::copy(rows.begin(), rows.end(), out.mutable_data());
+        return out;
+    }, py::arg("path"), py::arg("tokens"), py::arg("layers"), py::arg("extracted"));
     m.def("memory_kind", [](const std::string& path) {
         py::gil_scoped_release release;
         backend_init(false);

@@ -126,6 +126,7 @@ public:
 
 private:
     friend class HeadContext;
+    friend std::vector<float> extracted_layer_inputs(const Model&, const std::vector<Token>&, const std::vector<int>&);
     void record_features();
     struct Impl;
     std::unique_ptr<Impl> impl_;
@@ -169,6 +170,15 @@ private:
     int n_rows_ = 0;
     int n_positions_ = 0;
 };
+
+// The same rows as Context::features, from llama.cpp's own layer-input extraction (only some
+// architectures publish it; llama does): the cross-check of the graph tap. Throws UserError when
+// the loaded libllama lacks the extension functions.
+std::vector<float> extracted_layer_inputs(const Model& model, const std::vector<Token>& tokens,
+                                          const std::vector<int>& layers);
+// Context::features of a fresh context over `tokens`.
+std::vector<float> tapped_layer_inputs(const Model& model, const std::vector<Token>& tokens,
+                                       const std::vector<int>& layers);
 
 // A compute device as ggml's backend registry reports it (the memory planner's input).
 struct DeviceInfo {

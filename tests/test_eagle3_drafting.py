@@ -7,9 +7,13 @@ divergence is allowed only as a numerical tie that the target's same-shape repla
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from localspec import _core
@@ -163,3 +167,41 @@ def test_a_head_for_another_target_is_refused(model_dir: Path, heads, tiny_model
 def test_eagle3_prefix_on_a_model_is_refused(tiny_model_path, tiny_draft_path) -> None:
     with pytest.raises(LocalspecError, match="is not an EAGLE-3 head"):
         load(tiny_model_path, tiny_draft_path)
+
+
+def test_the_graph_tap_equals_llamas_own_extraction(tiny_model_path) -> None:
+    """The tap reads "l_out-<il-1>" for layer il's input on any architecture; where llama.cpp
+    publishes layer inputs itself (llama does), both give the same bits."""
+    tokens = [1, 5, 9, 20, 33, 7, 7, 140]
+    tapped = _core.layer_inputs(str(tiny_model_path), tokens, [1, 2, 3], False)
+    extracted = _core.layer_inputs(str(tiny_model_path), tokens, [1, 2, 3], True)
+    assert tapped.shape == (len(tokens), 3 * 64)
+    assert np.array_equal(tapped, extracted)
+    assert not np.array_equal(tapped[:, :64], tapped[:, 64:128])  # different layers
+
+
+HIDDEN_EXT = """
+import sys
+from localspec import _core
+from localspec.engine import Engine
+from localspec.errors import LocalspecError
+target, head = sys.argv[1], sys.argv[2]
+try:
+    _core.layer_inputs(target, [1, 2], [1], True)
+except LocalspecError as error:
+    print("cross-check:", error)
+engine = Engine.load(target, draft="eagle3:" + head, n_ctx=256, draft_p_min=0.0)
+print("drafted", engine.generate("the quick", temperature=0.0, max_tokens=20, draft_max=3).stats.drafted)
+engine.close()
+"""
+
+
+def test_a_libllama_without_the_extensions(heads, tiny_model_path) -> None:
+    """Without llama.cpp's C++-only extension functions, `import localspec` and EAGLE-3
+    drafting (which reads the tap, not them) work; the cross-check says what is missing."""
+    env = dict(os.environ, LOCALSPEC_HIDE_LLAMA_EXT="1")
+    proc = subprocess.run([sys.executable, "-c", HIDDEN_EXT, str(tiny_model_path), str(heads["d2t"])],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "cross-check: this libllama does not export llama_set_embeddings_layer_inp" in proc.stdout
+    assert "drafted " in proc.stdout and "drafted 0" not in proc.stdout
