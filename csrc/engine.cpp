@@ -207,6 +207,8 @@ GenerateResult SpecEngine::generate(const GenerateRequest& request, const ChunkC
     TextStream stream(request.stop);
     std::vector<Token> history = request.prompt;
 
+    // Plain requests leave the target's graph uninterrupted (no features for a head).
+    target_.set_tapping(request.draft_max > 0);
     if (request.adaptive && drafter_) calibrate(history);
     // Prefill: both caches take the prompt except its last token, which the first step verifies.
     const auto start = Clock::now();

@@ -216,16 +216,17 @@ struct TargetHooks {
     bool fast_head = false;
     HeadHook hook;  // localspec's output head
     GraphTap tap;  // the inputs of ContextOptions::tap_layers
+    bool tapping = true;  // Context::set_tapping
 };
 
 bool on_target_node(ggml_tensor* t, bool ask, void* user_data) {
     auto& hooks = *static_cast<TargetHooks*>(user_data);
     if (ask) {
-        const bool tap = hooks.tap.wants(t);
+        const bool tap = hooks.tapping && hooks.tap.wants(t);
         const bool head = hooks.fast_head && HeadHook::on_graph_node(t, true, &hooks.hook);
         return tap || head;
     }
-    if (hooks.tap.wants(t)) {
+    if (hooks.tapping && hooks.tap.wants(t)) {
         hooks.tap.capture(t);
         return true;
     }
@@ -396,6 +397,11 @@ void Context::truncate(size_t n_keep) {
 void Context::record_features() {
     GraphTap& tap = impl_->hooks.tap;
     if (tap.empty()) return;
+    if (!impl_->hooks.tapping) {  // the log keeps only a contiguous run of recorded positions
+        features_.clear();
+        features_begin_ = kv_tokens_.size();
+        return;
+    }
     const size_t n_new = kv_tokens_.size() - features_begin_ - features_.size() / std::max<size_t>(1, feature_width_);
     std::vector<int> widths;
     for (size_t i = 0; i < tap.size(); ++i) {
@@ -417,6 +423,8 @@ void Context::record_features() {
     }
     tap.clear();
 }
+
+void Context::set_tapping(bool on) { impl_->hooks.tapping = on; }
 
 const float* Context::features(size_t pos) const {
     if (pos < features_begin_ || pos >= kv_tokens_.size() || feature_width_ == 0) {

@@ -123,6 +123,9 @@ public:
     size_t features_begin() const { return features_begin_; }
     const float* features(size_t pos) const;
     void drop_features_before(size_t pos);
+    // Whether decodes record features (default on). Off, the graph runs uninterrupted and
+    // positions decoded meanwhile have none (a reader gets a gap it must tolerate).
+    void set_tapping(bool on);
 
 private:
     friend class HeadContext;
