@@ -35,6 +35,8 @@ py::dict stats_to_dict(const GenerationStats& s) {
     d["accepted_by_position"] = s.accepted_by_position;
     d["prefill_seconds"] = s.prefill_seconds;
     d["draft_seconds"] = s.draft_seconds;
+    d["model_drafted"] = s.model_drafted;
+    d["model_draft_seconds"] = s.model_draft_seconds;
     d["verify_seconds"] = s.verify_seconds;
     d["other_seconds"] = s.other_seconds;
     d["generation_seconds"] = s.generation_seconds;

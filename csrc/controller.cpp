@@ -19,7 +19,13 @@ constexpr double kExploitAllowance = 0.5;  // plain passes exploiting may lose b
 constexpr double kCreditCap = 4.0;      // plain passes of credit a request may bank
 constexpr double kCostSmoothing = 0.2;  // EMA weight of a new cost sample
 
-double ema(double old, double sample) { return old == 0 ? sample : old + kCostSmoothing * (sample - old); }
+// A cost sample moves the estimate by kCostSmoothing of its difference, and counts at most
+// kSpikeClip times the estimate: a pass that another process preempted (time only ever gets
+// added) must not make the plain pass look dear and drafting cheap, or the reverse.
+constexpr double kSpikeClip = 2.0;
+double ema(double old, double sample) {
+    return old == 0 ? sample : old + kCostSmoothing * (std::min(sample, kSpikeClip * old) - old);
+}
 
 size_t kind_index(int kind) { return static_cast<size_t>(std::clamp(kind, 0, DraftController::kKinds - 1)); }
 

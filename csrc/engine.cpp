@@ -193,6 +193,10 @@ SpecEngine::StepResult SpecEngine::speculative_step(std::vector<Token>& history,
     // 5. Emit (the caller streams `out`); record what speculation did.
     stats.record_step(out.drafted, acc.n_accepted);
     stats.draft_seconds += out.draft_seconds;
+    if (draft.kind == 0 && out.drafted > 0) {  // kind 0: a model drafted (lookups report their match length)
+        stats.model_drafted += out.drafted;
+        stats.model_draft_seconds += out.draft_seconds;
+    }
     stats.verify_seconds += out.verify_seconds;
     stats.other_seconds += seconds_since(t0);
     return out;
@@ -301,14 +305,22 @@ void SpecEngine::resolve_unverified(const std::vector<Token>& history) {
 // Once per engine (unless restored memory already has them): time a pass over every row count
 // the controller may choose, so that its worst-case bound uses measured costs from the first
 // step. The context is the prompt (repeated if short), so the prefill that follows reuses it.
+// Interference from other processes only ever adds time, and more rows never cost less: each
+// row count keeps its fastest of three passes, and no count is cheaper than a smaller one (a
+// preempted 1-row pass would otherwise make drafting look free).
 void SpecEngine::calibrate(const std::vector<Token>& prompt) {
     const int rows = controller_.k_max() + 1;
     if (controller_.memory().verify.back() > 0) return;
     std::vector<Token> context;
     while (static_cast<int>(context.size()) < rows + 1) context.insert(context.end(), prompt.begin(), prompt.end());
     if (static_cast<int>(context.size()) >= n_ctx()) return;
-    const std::vector<double> seconds = pass_seconds(context, rows, 1);
-    for (int r = 1; r <= rows; ++r) controller_.seed_verify_seconds(r, seconds[static_cast<size_t>(r)]);
+    std::vector<double> fastest = pass_seconds(context, rows, 1);
+    for (int repeat = 1; repeat < 3; ++repeat) {
+        const std::vector<double> seconds = pass_seconds(context, rows, 1);
+        for (size_t r = 1; r < fastest.size(); ++r) fastest[r] = std::min(fastest[r], seconds[r]);
+    }
+    for (size_t r = 2; r < fastest.size(); ++r) fastest[r] = std::max(fastest[r], fastest[r - 1]);
+    for (int r = 1; r <= rows; ++r) controller_.seed_verify_seconds(r, fastest[static_cast<size_t>(r)]);
 }
 
 std::vector<float> SpecEngine::next_token_logits(const std::vector<Token>& tokens, int batch_rows) {

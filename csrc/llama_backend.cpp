@@ -548,7 +548,11 @@ struct HeadContext::Impl {
     llama_context* ctx = nullptr;
     llama_batch_ext* batch = nullptr;
     GraphTap tap{{"fc_out", "eagle3_prenorm-0", "result_norm"}};
-    int n_chunk = 512;  // rows per llama_process call (the encoder takes one ubatch)
+    // Rows per llama_process call (the encoder takes one ubatch). llama.cpp sizes the head's
+    // compute buffer for its logits scattered into the target's vocabulary, rows x n_vocab
+    // floats, although localspec stops the graph before them: few rows keep that small.
+    // localspec/planner.py HEAD_UBATCH plans for the same number.
+    int n_chunk = 64;
     ~Impl() {
         if (batch) llama_batch_ext_free(batch);
         if (ctx) llama_free(ctx);
@@ -569,6 +573,7 @@ HeadContext::HeadContext(const Model& head, const Context& target, int n_threads
     const int threads = n_threads > 0 ? n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     params.n_ctx = static_cast<uint32_t>(target.n_ctx());
     params.n_batch = params.n_ubatch = static_cast<uint32_t>(impl_->n_chunk);
+    params.n_outputs_max = 1;  // no row asks for llama.cpp's logits
     params.n_seq_max = 1;
     params.n_threads = params.n_threads_batch = threads;
     params.no_perf = true;

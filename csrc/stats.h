@@ -17,6 +17,10 @@ struct GenerationStats {
     std::vector<int> drafted_by_position;        // [i]: drafts made at position i of a step
     std::vector<int> accepted_by_position;       // [i]: of those, accepted
     double prefill_seconds = 0, draft_seconds = 0, verify_seconds = 0, other_seconds = 0;
+    // Drafts that ran a model (a draft model or a hidden-state head), not a free lookup: their
+    // tokens and seconds give the draft cost c per drafted token.
+    int model_drafted = 0;
+    double model_draft_seconds = 0;
     double generation_seconds = 0;  // excludes prefill
     double time_to_first_token = 0;
 

@@ -57,7 +57,8 @@ def render_plan(plan: Plan) -> str:
     if gpu:
         rows += [("weights in host RAM", lambda p: format_bytes(p.weights_host)),
                  ("KV cache in host RAM", lambda p: format_bytes(p.kv_host))]
-    cols = [("", "target", "draft")] + [
+    second = "EAGLE-3 head" if plan.draft and plan.draft.is_head else "draft"
+    cols = [("", "target", second)] + [
         (label, cell(plan.target), cell(plan.draft) if plan.draft else "-")
         for label, cell in rows
     ]

@@ -36,6 +36,7 @@ KV_TYPES: dict[str, tuple[int, int]] = {
 }
 KV_PAD = 256  # llama.cpp rounds the KV cache size up to a multiple of this
 DEFAULT_UBATCH = 512
+HEAD_UBATCH = 64  # rows per pass of an EAGLE-3 head's context (HeadContext in the core)
 _INPUT_PREFIXES = ("token_embd.", "position_embd.", "token_types.", "per_layer_token_embd.")
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
 
@@ -60,6 +61,9 @@ class ModelMemory:
     # localspec's repacked copy of a Q8_0 or Q6_K head (csrc/q8_head.h, csrc/q6k_head.h): made
     # when this model's head stays in host memory.
     head_copy_bytes: int = 0
+    # An EAGLE-3 head: its context runs micro-batches of HEAD_UBATCH rows (csrc/llama_backend.cpp,
+    # HeadContext), and its KV cache is its one layer's.
+    is_head: bool = False
 
     @property
     def n_layer(self) -> int:
@@ -106,6 +110,11 @@ class ModelMemory:
             head_copy = groups * (info.n_embd // 32) * 272  # Q8Head::packed_bytes
         elif head is not None and head.type_name == "Q6_K" and info.n_embd % 256 == 0:
             head_copy = groups * (info.n_embd // 256) * 2192  # Q6KHead::packed_bytes
+        if info.architecture == "eagle3" and info.tensor("output.weight") is not None:
+            # The head's output layer, repacked for localspec's draft logits (DraftVocabHead).
+            n_draft = info.tensor("output.weight").shape[1]  # type: ignore[union-attr]
+            row = info.n_embd // 32 * 34 if info.n_embd % 32 == 0 else 4 * info.n_embd
+            head_copy = n_draft * row
         heads_kv = (info.n_head_kv_per_layer() + [0] * n_layer)[:n_layer]
         return cls(
             name=info.name,
@@ -123,6 +132,7 @@ class ModelMemory:
             path=str(info.path),
             file_bytes=info.file_size,
             head_copy_bytes=head_copy,
+            is_head=info.architecture == "eagle3",
         )
 
 
@@ -150,6 +160,7 @@ class Placement:
     file_bytes: int = 0
     head_copy_device: int = 0  # localspec's output head copy (ModelMemory.head_copy_bytes)
     head_copy_host: int = 0
+    is_head: bool = False  # an EAGLE-3 head rather than a draft model
 
     @property
     def device_bytes(self) -> int:
@@ -211,7 +222,7 @@ def place_model(model: ModelMemory, n_ctx: int, kv_type: str, on_device: int, *,
     if cpu:
         return Placement(model.name, model.path, n, n, True, 0, n_ctx, model.file_weight_bytes, 0,
                          kv_all, 0, model.compute_bytes(True, n_ubatch), model.file_bytes,
-                         head_copy_device=head_copy)
+                         head_copy_device=head_copy, is_head=model.is_head)
     k = min(on_device, n)
     output_dev = on_device > n
     output_once = model.output_bytes - model.tied_bytes
@@ -223,7 +234,7 @@ def place_model(model: ModelMemory, n_ctx: int, kv_type: str, on_device: int, *,
     compute = model.compute_bytes(output_dev, n_ubatch)
     return Placement(model.name, model.path, n, k, output_dev, on_device, n_ctx, weights_dev,
                      weights_host, kv_dev, kv_all - kv_dev, compute, model.file_bytes,
-                     head_copy_host=0 if output_dev else head_copy)
+                     head_copy_host=0 if output_dev else head_copy, is_head=model.is_head)
 
 
 def _best_target(target: ModelMemory, n_ctx: int, kv_type: str, room: int,
@@ -306,7 +317,8 @@ def plan_pair(
         return Plan(device, kv_type, t, d, reserve, fits, reason, tuple(warnings))
 
     t_full = place_model(target, n_ctx, kv_type, target.n_layer + 1, cpu=cpu, n_ubatch=n_ubatch)
-    d_place = (place_model(draft, d_ctx, kv_type, draft.n_layer + 1, cpu=cpu, n_ubatch=n_ubatch)
+    d_ubatch = HEAD_UBATCH if draft and draft.is_head else n_ubatch
+    d_place = (place_model(draft, d_ctx, kv_type, draft.n_layer + 1, cpu=cpu, n_ubatch=d_ubatch)
                if draft else None)
     d_need = d_place.device_bytes if d_place else 0
     reason = _refusal(device, room, reserve, d_need)
@@ -340,7 +352,10 @@ def model_memory(path: str | os.PathLike[str], *, fast_head: bool = True) -> Mod
     output head copy counts only with ``fast_head`` (``--llama-head`` turns it off) and where
     this CPU can run that head."""
     memory = ModelMemory.from_gguf(read_gguf(Path(path), read_arrays=False))
-    if memory.head_copy_bytes and not (fast_head and _output_head_supported()):
+    # A head's draft-vocabulary copy is always made; a model's output head copy only where
+    # localspec's head runs.
+    copy_made = memory.is_head or (fast_head and _output_head_supported())
+    if memory.head_copy_bytes and not copy_made:
         memory = replace(memory, head_copy_bytes=0)
     return memory
 

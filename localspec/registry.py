@@ -258,6 +258,16 @@ class Registry:
                 return prefix + str(self.resolve_model(spec[len(prefix) :], download=download))
         return str(self.resolve_model(spec, download=download))
 
+    @staticmethod
+    def drafter_file(resolved: str) -> str | None:
+        """The GGUF a resolved drafter spec loads (a draft model or a head), None for a keyword."""
+        if resolved in SPECIAL_DRAFTERS:
+            return None
+        for prefix in DRAFTER_PREFIXES:
+            if resolved.startswith(prefix):
+                return resolved[len(prefix) :]
+        return resolved
+
     def pair(self, name: str | None = None) -> PairEntry:
         name = name or self.default_pair
         if name not in self.pairs:

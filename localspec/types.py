@@ -80,6 +80,8 @@ class GenerationStats:
     accepted_by_position: list[int] = field(default_factory=list)
     prefill_seconds: float = 0.0
     draft_seconds: float = 0.0
+    model_drafted: int = 0  # drafted tokens that ran a model (draft model or head), not a lookup
+    model_draft_seconds: float = 0.0  # their drafting seconds
     verify_seconds: float = 0.0
     other_seconds: float = 0.0
     generation_seconds: float = 0.0  # excludes prefill

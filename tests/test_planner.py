@@ -401,3 +401,20 @@ def test_head_copy_bytes_come_from_the_gguf_head_type(q8_head_model: Path, q6k_h
     assert model_memory(q8_head_model, fast_head=False).head_copy_bytes == 0  # --llama-head
     monkeypatch.setattr(planner, "_output_head_supported", lambda: False)
     assert model_memory(q8_head_model).head_copy_bytes == 0
+
+
+def test_an_eagle3_head_has_its_own_column(tmp_path: Path, tiny_model_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """`plan --draft eagle3:HEAD`: the head's weights, one layer's KV cache, a compute buffer
+    of HEAD_UBATCH rows and its draft-vocabulary copy (Q8_0: 34 bytes per 32 values)."""
+    from localspec.cli import main
+    from localspec.synthetic_heads import HeadSpec, write_eagle3_head
+
+    head = write_eagle3_head(tmp_path / "head.gguf", tiny_model_path, HeadSpec(draft_vocab=128))
+    memory = model_memory(head)
+    assert memory.is_head and memory.n_layer == 1
+    assert memory.head_copy_bytes == 128 * 2 * 34
+    assert main(["plan", "--target", str(tiny_model_path), "--draft", f"eagle3:{head}",
+                 "--budget", "8GiB"]) == 0
+    out = capsys.readouterr().out
+    assert "EAGLE-3 head" in out and "tiny-eagle3-head" in out

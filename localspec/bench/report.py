@@ -62,6 +62,17 @@ class Worst:
     category_speedup: float
 
 
+@dataclass(frozen=True)
+class DraftCost:
+    """What a drafter that runs a model (a draft model or a hidden-state head) costs: c is its
+    seconds per drafted token over one plain target pass of the same run."""
+
+    c: float
+    drafted: int  # model-drafted tokens it is measured over
+    draft_ms: float  # per drafted token
+    plain_pass_ms: float
+
+
 @dataclass
 class Report:
     prompts: list[Row]
@@ -69,6 +80,7 @@ class Report:
     overall: Row
     accepted_length_histogram: list[int] = field(default_factory=list)
     worst: Worst | None = None
+    draft_cost: DraftCost | None = None  # None: no draft ran a model
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -173,4 +185,17 @@ def summarize(runs: Sequence[PromptRun]) -> Report:
                     histogram.extend([0] * (n + 1 - len(histogram)))
                 histogram[n] += count
     return Report(prompts, categories, _row("all", runs, median=False), histogram,
-                  _worst(prompts, categories))
+                  _worst(prompts, categories), draft_cost(runs))
+
+
+def draft_cost(runs: Sequence[PromptRun]) -> DraftCost | None:
+    spec = [s for r in runs for s in r.speculative]
+    plain = [s for r in runs for s in r.plain + r.plain_again]
+    drafted = sum(s.model_drafted for s in spec)
+    passes = sum(s.target_passes for s in plain)
+    if drafted == 0 or passes == 0:
+        return None
+    draft = sum(s.model_draft_seconds for s in spec) / drafted
+    plain_pass = sum(s.verify_seconds for s in plain) / passes
+    c = draft / plain_pass if plain_pass > 0 else 0.0
+    return DraftCost(c, drafted, draft * 1e3, plain_pass * 1e3)

@@ -61,6 +61,10 @@ def print_report(report: Report, console: Console, *, per_prompt: bool) -> None:
         w = report.worst
         console.print(f"worst category: {w.category} {w.category_speedup:.2f}x | worst prompt: "
                       f"{w.prompt} {w.prompt_speedup:.2f}x")
+    if report.draft_cost is not None:
+        d = report.draft_cost
+        console.print(f"draft cost c = {d.c:.3f}: {d.draft_ms:.2f} ms per model-drafted token "
+                      f"({d.drafted} tokens) / {d.plain_pass_ms:.2f} ms per plain pass")
     console.print(CAPTION, style="dim")
 
 

@@ -16,7 +16,7 @@ from localspec.planner import (
     parse_size,
     plan_from_files,
 )
-from localspec.registry import SPECIAL_DRAFTERS, load_registry
+from localspec.registry import load_registry
 
 
 def register(subparsers: Any) -> None:
@@ -65,7 +65,7 @@ def make_plan(args: argparse.Namespace) -> tuple[str, Plan]:
     device = _device(args.device, parse_size(args.budget) if args.budget else None)
     target_path = registry.resolve_model(target, download=False)
     draft = registry.resolve_drafter(drafter, download=False)
-    draft_path = None if draft in SPECIAL_DRAFTERS else draft
+    draft_path = registry.drafter_file(draft)
     plan = plan_from_files(target_path, draft_path, n_ctx, None, args.kv_type, device=device,
                            fast_head=not args.llama_head)
     label = pair.name if pair and not (args.target or args.draft) else f"{target} + {drafter}"
