@@ -18,6 +18,20 @@ Acceptance accept_greedy(const std::vector<Token>& drafts, const std::vector<Tok
     return out;
 }
 
+Acceptance accept_greedy(const std::vector<Token>& drafts, const TargetArgmax& target_argmax) {
+    Acceptance out;
+    for (size_t i = 0;; ++i) {
+        const Token best = target_argmax(i);
+        if (i < drafts.size() && drafts[i] == best) {
+            ++out.n_accepted;
+            continue;
+        }
+        out.token = best;
+        out.bonus = i == drafts.size();
+        return out;
+    }
+}
+
 Distribution residual(const Distribution& p, const Distribution& q) {
     // max(0, p - q) is zero outside supp(p), so only p's support needs q's values.
     std::unordered_map<Token, float> q_of;

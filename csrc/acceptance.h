@@ -24,6 +24,11 @@ struct Acceptance {
 // target_argmax has k + 1 entries.
 Acceptance accept_greedy(const std::vector<Token>& drafts, const std::vector<Token>& target_argmax);
 
+// The same rule with row i's argmax computed on demand: rows after the first mismatch are
+// never read (a grammar cannot even be advanced past a draft it forbids).
+using TargetArgmax = std::function<Token(size_t)>;
+Acceptance accept_greedy(const std::vector<Token>& drafts, const TargetArgmax& target_argmax);
+
 // Speculative sampling (Leviathan et al. 2023; Chen et al. 2023). Accept d_i with probability
 // min(1, p_i(d_i) / q_i(d_i)); on the first rejection sample the correction from
 // norm(max(0, p_i - q_i)); after k acceptances sample the bonus from p_{k+1}.

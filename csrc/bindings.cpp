@@ -79,8 +79,18 @@ py::dict acceptance_to_dict(const Acceptance& a) {
     return d;
 }
 
-SamplingParams sampling_params(float temperature, int top_k, float top_p, float min_p, uint64_t seed) {
-    return SamplingParams{temperature, top_k, top_p, min_p, seed};
+SamplingParams sampling_params(float temperature, int top_k, float top_p, float min_p, uint64_t seed,
+                               float repeat_penalty, float frequency_penalty, float presence_penalty,
+                               int penalty_last_n) {
+    return SamplingParams{temperature,    top_k,         top_p, min_p, seed, repeat_penalty, frequency_penalty,
+                          presence_penalty, penalty_last_n};
+}
+
+// (token, logprob, [(id, logprob), ...]) per token.
+py::list logprobs_to_list(const std::vector<TokenLogprob>& logprobs) {
+    py::list out;
+    for (const TokenLogprob& lp : logprobs) out.append(py::make_tuple(lp.token, lp.logprob, lp.top));
+    return out;
 }
 
 class Core {
@@ -102,7 +112,7 @@ public:
             py::gil_scoped_acquire acquire;
             try {
                 return callback(to_str(chunk.text), chunk.tokens, provenance_ints(chunk.provenance),
-                                stats_to_dict(chunk.stats))
+                                stats_to_dict(chunk.stats), logprobs_to_list(chunk.logprobs))
                     .cast<bool>();
             } catch (py::error_already_set& e) {
                 callback_error.emplace(std::move(e));
@@ -122,6 +132,7 @@ public:
         d["finish_reason"] = result.finish_reason;
         d["pass_rows"] = result.pass_rows;
         d["pass_emitted"] = result.pass_emitted;
+        d["logprobs"] = logprobs_to_list(result.logprobs);
         d["stats"] = stats_to_dict(result.stats);
         return d;
     }
@@ -233,16 +244,24 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("ignore_eos", &GenerateRequest::ignore_eos)
         .def_readwrite("adaptive", &GenerateRequest::adaptive)
         .def_readwrite("reuse_cache", &GenerateRequest::reuse_cache)
-        .def_readwrite("stop", &GenerateRequest::stop);
+        .def_readwrite("stop", &GenerateRequest::stop)
+        .def_readwrite("grammar", &GenerateRequest::grammar)
+        .def_readwrite("logprobs", &GenerateRequest::logprobs);
 
     py::class_<SamplingParams>(m, "SamplingParams")
         .def(py::init(&sampling_params), py::arg("temperature") = 0.8f, py::arg("top_k") = 40,
-             py::arg("top_p") = 0.95f, py::arg("min_p") = 0.05f, py::arg("seed") = 0)
+             py::arg("top_p") = 0.95f, py::arg("min_p") = 0.05f, py::arg("seed") = 0,
+             py::arg("repeat_penalty") = 1.0f, py::arg("frequency_penalty") = 0.0f,
+             py::arg("presence_penalty") = 0.0f, py::arg("penalty_last_n") = 64)
         .def_readwrite("temperature", &SamplingParams::temperature)
         .def_readwrite("top_k", &SamplingParams::top_k)
         .def_readwrite("top_p", &SamplingParams::top_p)
         .def_readwrite("min_p", &SamplingParams::min_p)
-        .def_readwrite("seed", &SamplingParams::seed);
+        .def_readwrite("seed", &SamplingParams::seed)
+        .def_readwrite("repeat_penalty", &SamplingParams::repeat_penalty)
+        .def_readwrite("frequency_penalty", &SamplingParams::frequency_penalty)
+        .def_readwrite("presence_penalty", &SamplingParams::presence_penalty)
+        .def_readwrite("penalty_last_n", &SamplingParams::penalty_last_n);
 
     py::class_<Core>(m, "Core")
         .def(py::init<const EngineOptions&>())
@@ -264,6 +283,10 @@ PYBIND11_MODULE(_core, m) {
                 text = c.engine().target().detokenize(t);
             }
             return to_str(text);
+        })
+        .def("check_grammar", [](Core& c, const std::string& gbnf) {
+            py::gil_scoped_release release;
+            Grammar(c.engine().target(), gbnf);  // throws InvalidParameterError when it does not parse
         })
         .def("token_text", [](Core& c, Token t) { return to_str(c.engine().target().token_text(t)); })
         .def("token_piece", [](Core& c, Token t) { return to_bytes(c.engine().target().token_piece(t)); })
@@ -356,6 +379,15 @@ PYBIND11_MODULE(_core, m) {
         Distribution d = warp(logits.data(), static_cast<int>(logits.size()), params);
         return py::make_tuple(d.ids, d.probs);
     });
+    m.def(
+        "apply_penalties",
+        [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
+           const std::vector<Token>& context, const SamplingParams& params) {
+            std::vector<float> out(logits.data(), logits.data() + logits.size());
+            apply_penalties(out.data(), static_cast<int>(out.size()), context, params);
+            return py::array_t<float>(static_cast<py::ssize_t>(out.size()), out.data());
+        },
+        py::arg("logits"), py::arg("context"), py::arg("params"));
     m.def("argmax", [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits) {
         if (logits.size() == 0) throw std::invalid_argument("argmax of no logits");
         return argmax(logits.data(), static_cast<int>(logits.size()));

@@ -81,6 +81,14 @@ Draft ModelDrafter::draft(const std::vector<Token>& history, int k, const Sampli
     for (int i = 0; i < k; ++i) {
         if (ctx_.kv_tokens().size() >= static_cast<size_t>(ctx_.n_ctx())) break;
         const float* logits = ctx_.logits(0);
+        std::vector<float> penalized;  // q shaped like p: the same penalties over the same window
+        if (params.penalized()) {
+            penalized.assign(logits, logits + ctx_.n_vocab());
+            std::vector<Token> context = history;
+            context.insert(context.end(), out.tokens.begin(), out.tokens.end());
+            apply_penalties(penalized.data(), ctx_.n_vocab(), context, params);
+            logits = penalized.data();
+        }
         Token token;
         if (sampled) {
             Distribution q = warp(logits, ctx_.n_vocab(), params);

@@ -7,6 +7,7 @@
 #include "acceptance.h"
 #include "eagle3_drafter.h"
 #include "errors.h"
+#include "target_rows.h"
 #include "text_stream.h"
 #include "vocab_check.h"
 
@@ -142,6 +143,7 @@ SpecEngine::StepResult SpecEngine::speculative_step(std::vector<Token>& history,
     // 1. Draft up to k_cap tokens (q kept when the drafter sampled).
     auto t0 = Clock::now();
     Draft draft = draft_tokens(history, k_cap, adaptive, params, rng);
+    trim_to_grammar(draft);
     const std::vector<Token>& drafted = draft.tokens;
     StepResult out;
     out.drafted = static_cast<int>(drafted.size());
@@ -160,14 +162,14 @@ SpecEngine::StepResult SpecEngine::speculative_step(std::vector<Token>& history,
 
     // 3. Accept: n drafts kept, plus one correction (after a rejection) or bonus token.
     //    (Reading k + 1 logits rows scales with k, so it counts as verification time.)
+    //    Row i is shaped (penalties, grammar) as plain decoding would shape it there.
+    TargetRows rows(target_, history, drafted, params, grammar_.get());
     Acceptance acc;
     if (params.greedy()) {
-        std::vector<Token> best(static_cast<size_t>(n_rows));
-        for (int i = 0; i < n_rows; ++i) best[static_cast<size_t>(i)] = argmax(target_.logits(i), target_.n_vocab());
-        acc = accept_greedy(drafted, best);
+        acc = accept_greedy(drafted, [&](size_t i) { return rows.argmax(i); });
     } else {
         // p_i is warped only when the rule reaches row i (never past the first rejection).
-        auto p = [&](size_t i) { return warp(target_.logits(static_cast<int>(i)), target_.n_vocab(), params); };
+        auto p = [&](size_t i) { return rows.warped(i); };
         if (draft.q.empty()) {  // deterministic drafts (or none): seed-reproducible coupling
             std::vector<double> u(static_cast<size_t>(n_rows));
             for (size_t i = 0; i < u.size(); ++i) u[i] = position_uniform(params.seed, history.size() + i);
@@ -175,6 +177,12 @@ SpecEngine::StepResult SpecEngine::speculative_step(std::vector<Token>& history,
         } else {
             acc = accept_sampled(drafted, p, draft.q, rng);
         }
+    }
+    rows.emit(acc.token);
+    if (n_logprobs_ >= 0) {  // rows 0..n emitted d_1..d_n and the target's token
+        std::vector<Token> emitted(drafted.begin(), drafted.begin() + acc.n_accepted);
+        emitted.push_back(acc.token);
+        out.logprobs = step_logprobs(emitted, n_logprobs_);
     }
     out.verify_seconds = seconds_since(t0);
     t0 = Clock::now();
@@ -210,6 +218,8 @@ GenerateResult SpecEngine::generate(const GenerateRequest& request, const ChunkC
     Rng rng(request.sampling.seed);
     TextStream stream(request.stop);
     std::vector<Token> history = request.prompt;
+    grammar_ = request.grammar.empty() ? nullptr : std::make_unique<Grammar>(*target_model_, request.grammar);
+    n_logprobs_ = request.logprobs;
 
     // Plain requests leave the target's graph uninterrupted (no features for a head).
     target_.set_tapping(request.draft_max > 0);
@@ -241,6 +251,7 @@ GenerateResult SpecEngine::generate(const GenerateRequest& request, const ChunkC
         const int n_accepted = static_cast<int>(step.tokens.size()) - 1;  // + 1 target token
         controller_.observe(step.drafted, n_accepted, step.draft_seconds, step.verify_seconds, step.kind);
         resolve_unverified(history);
+        std::vector<TokenLogprob>& logprobs = step.logprobs;
 
         // Cut at end-of-generation (not emitted) and at max_tokens.
         bool finished = false;
@@ -248,6 +259,7 @@ GenerateResult SpecEngine::generate(const GenerateRequest& request, const ChunkC
             if (!request.ignore_eos && target_model_->is_end_of_generation(step.tokens[i])) {
                 step.tokens.resize(i);
                 step.provenance.resize(i);
+                if (!logprobs.empty()) logprobs.resize(i);
                 result.finish_reason = "stop";
                 finished = true;
                 break;
@@ -257,6 +269,7 @@ GenerateResult SpecEngine::generate(const GenerateRequest& request, const ChunkC
         if (step.tokens.size() > room) {
             step.tokens.resize(room);
             step.provenance.resize(room);
+            if (!logprobs.empty()) logprobs.resize(room);
         }
         std::string piece_bytes;
         for (Token t : step.tokens) piece_bytes += target_model_->token_piece(t);
@@ -274,8 +287,10 @@ GenerateResult SpecEngine::generate(const GenerateRequest& request, const ChunkC
 
         result.tokens.insert(result.tokens.end(), step.tokens.begin(), step.tokens.end());
         result.provenance.insert(result.provenance.end(), step.provenance.begin(), step.provenance.end());
+        result.logprobs.insert(result.logprobs.end(), logprobs.begin(), logprobs.end());
         result.text += text;
-        const bool keep_going = on_chunk ? on_chunk(Chunk{text, step.tokens, step.provenance, stats}) : true;
+        const bool keep_going =
+            on_chunk ? on_chunk(Chunk{text, step.tokens, step.provenance, stats, logprobs}) : true;
         if (finished) break;
         if (!keep_going) {
             result.finish_reason = "cancelled";
@@ -284,6 +299,27 @@ GenerateResult SpecEngine::generate(const GenerateRequest& request, const ChunkC
     }
     stats.generation_seconds = seconds_since(gen_start);
     return result;
+}
+
+// Drafts the grammar forbids are never verified: the draft ends before the first of them.
+void SpecEngine::trim_to_grammar(Draft& draft) {
+    if (!grammar_ || draft.tokens.empty()) return;
+    std::unique_ptr<Grammar> state = grammar_->clone();
+    size_t n = 0;
+    for (; n < draft.tokens.size() && state->allows(draft.tokens[n]); ++n) state->accept(draft.tokens[n]);
+    draft.tokens.resize(n);
+    if (draft.q.size() > n) draft.q.resize(n);
+}
+
+// Log probabilities of the tokens the last verification pass emitted (row j: tokens[j]), from
+// the target's raw logits (before penalties, grammar and sampling settings), as OpenAI reports.
+std::vector<TokenLogprob> SpecEngine::step_logprobs(const std::vector<Token>& tokens, int n_top) const {
+    std::vector<TokenLogprob> out;
+    out.reserve(tokens.size());
+    for (size_t j = 0; j < tokens.size(); ++j) {
+        out.push_back(token_logprob(target_.logits(static_cast<int>(j)), target_.n_vocab(), tokens[j], n_top));
+    }
+    return out;
 }
 
 // A declined lookup proposal would have had its first n tokens accepted iff the target emitted

@@ -44,6 +44,8 @@ struct GenerateRequest {
     bool ignore_eos = false;
     bool reuse_cache = true;  // keep the KV of a common prefix from the previous request
     std::vector<std::string> stop;
+    std::string grammar;  // GBNF (root rule "root") the output must follow; "" = unconstrained
+    int logprobs = -1;    // -1: none; n >= 0: each emitted token's log probability and the top n
 };
 
 // What one step emitted, handed to the chunk callback.
@@ -52,6 +54,7 @@ struct Chunk {
     std::vector<Token> tokens;
     std::vector<Provenance> provenance;
     const GenerationStats& stats;
+    const std::vector<TokenLogprob>& logprobs;  // one per token when the request asked for them
 };
 
 // Return false to cancel the generation (it stops after the current step).
@@ -65,6 +68,7 @@ struct GenerateResult {
     GenerationStats stats;
     // Per target pass: its rows (k + 1) and how many tokens it emitted (accepted + 1).
     std::vector<int> pass_rows, pass_emitted;
+    std::vector<TokenLogprob> logprobs;  // one per token when the request asked for them
 };
 
 class SpecEngine {
@@ -108,6 +112,7 @@ private:
         std::vector<Provenance> provenance;
         int drafted = 0, rows = 0, kind = 0;
         double draft_seconds = 0, verify_seconds = 0;
+        std::vector<TokenLogprob> logprobs;  // one per token when the request asked for them
     };
     StepResult speculative_step(std::vector<Token>& history, int k_cap, bool adaptive,
                                 const SamplingParams& params, Rng& rng, GenerationStats& stats);
@@ -116,6 +121,8 @@ private:
     void check_request(const GenerateRequest& request) const;
     void calibrate(const std::vector<Token>& prompt);
     void resolve_unverified(const std::vector<Token>& history);
+    void trim_to_grammar(Draft& draft);
+    std::vector<TokenLogprob> step_logprobs(const std::vector<Token>& tokens, int n_top) const;
 
     std::shared_ptr<Model> target_model_;
     Context target_;
@@ -128,6 +135,8 @@ private:
         std::vector<Token> tokens;
         int kind = 0;
     } unverified_;
+    std::unique_ptr<Grammar> grammar_;  // the request's grammar in its current state, or null
+    int n_logprobs_ = -1;               // the request's GenerateRequest::logprobs
 };
 
 }  // namespace localspec

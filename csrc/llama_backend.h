@@ -63,6 +63,7 @@ public:
 private:
     friend class Context;
     friend class HeadContext;
+    friend class Grammar;
     struct Impl;
     std::unique_ptr<Impl> impl_;
     std::string path_;
@@ -182,6 +183,31 @@ std::vector<float> extracted_layer_inputs(const Model& model, const std::vector<
 // Context::features of a fresh context over `tokens`.
 std::vector<float> tapped_layer_inputs(const Model& model, const std::vector<Token>& tokens,
                                        const std::vector<int>& layers);
+
+// A GBNF grammar in some state (llama.cpp's grammar sampler): which tokens may come next, and
+// accepting them one by one. Not thread-safe; copy with clone() to explore without changing it.
+class Grammar {
+public:
+    // Throws UserError(InvalidParameter) when `gbnf` does not parse (root rule: "root").
+    Grammar(const Model& model, const std::string& gbnf);
+    ~Grammar();
+    Grammar(const Grammar&) = delete;
+    Grammar& operator=(const Grammar&) = delete;
+
+    std::unique_ptr<Grammar> clone() const;
+    // Whether `token` may come next (one token checked: cheap).
+    bool allows(Token token);
+    // Set the logit of every token that may not come next to -infinity (the whole vocabulary
+    // checked: this is the expensive call).
+    void mask(float* logits, int n_vocab);
+    // Advance past `token`, which must be allowed.
+    void accept(Token token);
+
+private:
+    Grammar() = default;
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
 
 // A compute device as ggml's backend registry reports it (the memory planner's input).
 struct DeviceInfo {

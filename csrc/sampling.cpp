@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <numeric>
+#include <unordered_map>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -212,10 +213,44 @@ Distribution warp(const float* logits, int n_vocab, const SamplingParams& params
     ids.resize(keep);
 
     softmax(logits, ids, 1.0 / static_cast<double>(params.temperature), probs);
+    // Tokens a grammar forbids (logit -inf) or that underflow have p == 0: not in the support.
+    while (ids.size() > 1 && probs[ids.size() - 1] <= 0.0) {
+        ids.pop_back();
+        probs.pop_back();
+    }
     Distribution dist;
     dist.ids = std::move(ids);
     dist.probs.assign(probs.begin(), probs.end());
     return dist;
+}
+
+void apply_penalties(float* logits, int n_vocab, const std::vector<Token>& context, const SamplingParams& params) {
+    if (!params.penalized()) return;
+    const size_t n = params.penalty_last_n < 0 ? context.size()
+                                               : std::min(context.size(), static_cast<size_t>(params.penalty_last_n));
+    std::unordered_map<Token, int> counts;
+    for (size_t i = context.size() - n; i < context.size(); ++i) ++counts[context[i]];
+    for (const auto& [token, count] : counts) {
+        if (token < 0 || token >= n_vocab) continue;
+        float& logit = logits[token];
+        logit = logit <= 0.0f ? logit * params.repeat_penalty : logit / params.repeat_penalty;
+        logit -= static_cast<float>(count) * params.frequency_penalty + params.presence_penalty;
+    }
+}
+
+TokenLogprob token_logprob(const float* logits, int n_vocab, Token token, int n_top) {
+    const Token best = argmax(logits, n_vocab);
+    // log p(x) = logit(x) - max - log(sum exp(logit - max)) = logit(x) - max + log(top probability)
+    const double log_norm = static_cast<double>(logits[best]) - std::log(static_cast<double>(top_probability(logits, n_vocab, best)));
+    TokenLogprob out;
+    out.token = token;
+    out.logprob = static_cast<float>(static_cast<double>(logits[token]) - log_norm);
+    if (n_top > 0) {
+        for (Token id : sorted_candidates(logits, n_vocab, std::min(n_top, n_vocab))) {
+            out.top.emplace_back(id, static_cast<float>(static_cast<double>(logits[id]) - log_norm));
+        }
+    }
+    return out;
 }
 
 Token sample(const Distribution& dist, Rng& rng) { return sample_at(dist, rng.uniform()); }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "llama_backend.h"
@@ -16,8 +17,20 @@ struct SamplingParams {
     float top_p = 0.95f;       // 1: off
     float min_p = 0.05f;       // 0: off
     uint64_t seed = 0;
+    // Penalties (llama.cpp's semantics), judged over the last penalty_last_n tokens before the
+    // position (prompt and generated alike; -1: the whole context, 0: off). A token seen c > 0
+    // times there has its logit divided by repeat_penalty (multiplied when the logit is <= 0),
+    // then lowered by c * frequency_penalty + presence_penalty. They shape the logits before
+    // everything else, greedy included.
+    float repeat_penalty = 1.0f;     // 1: off
+    float frequency_penalty = 0.0f;  // 0: off
+    float presence_penalty = 0.0f;   // 0: off
+    int penalty_last_n = 64;
 
     bool greedy() const { return temperature <= 0.0f; }
+    bool penalized() const {
+        return penalty_last_n != 0 && (repeat_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f);
+    }
 };
 
 // A probability distribution over token ids, listing only tokens with p > 0,
@@ -44,6 +57,19 @@ private:
 // Order as llama.cpp's default chain: top-k -> top-p -> min-p (all judged on the softmax at
 // temperature 1 of the survivors) -> temperature -> softmax.
 Distribution warp(const float* logits, int n_vocab, const SamplingParams& params);
+
+// Apply the penalties in place to `logits`, for the position that follows `context` (its last
+// penalty_last_n tokens count). Does nothing when !params.penalized().
+void apply_penalties(float* logits, int n_vocab, const std::vector<Token>& context, const SamplingParams& params);
+
+// log softmax(logits)[token] at temperature 1 over the whole vocabulary, and the n_top most
+// likely tokens with theirs (best first): what OpenAI's logprobs / top_logprobs report.
+struct TokenLogprob {
+    Token token = -1;
+    float logprob = 0.0f;
+    std::vector<std::pair<Token, float>> top;
+};
+TokenLogprob token_logprob(const float* logits, int n_vocab, Token token, int n_top);
 
 Token argmax(const float* logits, int n_vocab);
 // The probability of token `best` (the argmax) under softmax(logits) at temperature 1, to

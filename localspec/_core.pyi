@@ -29,6 +29,10 @@ class SamplingParams:
     top_p: float
     min_p: float
     seed: int
+    repeat_penalty: float
+    frequency_penalty: float
+    presence_penalty: float
+    penalty_last_n: int
     def __init__(
         self,
         temperature: float = 0.8,
@@ -36,6 +40,10 @@ class SamplingParams:
         top_p: float = 0.95,
         min_p: float = 0.05,
         seed: int = 0,
+        repeat_penalty: float = 1.0,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
+        penalty_last_n: int = 64,
     ) -> None: ...
 
 class GenerateRequest:
@@ -47,6 +55,8 @@ class GenerateRequest:
     adaptive: bool
     reuse_cache: bool
     stop: list[str]
+    grammar: str
+    logprobs: int
     def __init__(self) -> None: ...
 
 class ControllerMemory:
@@ -80,7 +90,7 @@ class DraftController:
     def expected_rate(self, k: int, kind: int = 0, estimate: Estimate = ...) -> float: ...
     def restore(self, memory: ControllerMemory) -> None: ...
 
-ChunkCallback = Callable[[str, list[int], list[int], dict[str, Any]], bool]
+ChunkCallback = Callable[[str, list[int], list[int], dict[str, Any], list[Any]], bool]
 
 class Core:
     def __init__(self, options: EngineOptions) -> None: ...
@@ -113,6 +123,7 @@ class Core:
     def verify_head(self) -> str: ...
     def draft_head(self) -> str: ...
     def last_logits_head(self) -> str: ...
+    def check_grammar(self, gbnf: str) -> None: ...
     def close(self) -> None: ...
 
 def q8_head_supported() -> bool: ...
@@ -149,6 +160,9 @@ def accept_coupled(
     drafts: list[int], p: list[npt.NDArray[np.float64]], u: list[float]
 ) -> dict[str, Any]: ...
 def warp(logits: npt.ArrayLike, params: SamplingParams) -> tuple[list[int], list[float]]: ...
+def apply_penalties(
+    logits: npt.ArrayLike, context: list[int], params: SamplingParams
+) -> npt.NDArray[np.float32]: ...
 def argmax(logits: npt.ArrayLike) -> int: ...
 def top_probability(logits: npt.ArrayLike) -> float: ...
 def quantize(in_path: str, out_path: str, type: str, threads: int) -> None: ...

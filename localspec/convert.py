@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from localspec import _core
-from localspec.types import GenerationParams, GenerationStats
+from localspec.types import GenerationParams, GenerationStats, TokenLogprob
 
 # With draft_max="auto" the controller picks k per step, up to this length.
 AUTO_DRAFT_MAX = 15
@@ -21,6 +21,10 @@ def params_to_core(params: GenerationParams, prompt: list[int]) -> _core.Generat
         top_p=params.top_p,
         min_p=params.min_p,
         seed=params.seed or 0,
+        repeat_penalty=params.repeat_penalty,
+        frequency_penalty=params.frequency_penalty,
+        presence_penalty=params.presence_penalty,
+        penalty_last_n=params.penalty_last_n,
     )
     request.max_tokens = params.max_tokens
     auto = params.draft_max == "auto"
@@ -30,7 +34,16 @@ def params_to_core(params: GenerationParams, prompt: list[int]) -> _core.Generat
     request.ignore_eos = params.ignore_eos
     request.reuse_cache = params.reuse_cache
     request.stop = list(params.stop)
+    request.grammar = params.grammar or ""
+    request.logprobs = params.top_logprobs if params.logprobs else -1
     return request
+
+
+def logprobs_from_core(raw: list[Any], wanted: bool) -> list[TokenLogprob] | None:
+    """The core's (token, logprob, top) tuples as TokenLogprob values (None when not asked)."""
+    if not wanted:
+        return None
+    return [TokenLogprob(t, lp, tuple((i, v) for i, v in top)) for t, lp, top in raw]
 
 
 def stats_from_core(raw: dict[str, Any]) -> GenerationStats:

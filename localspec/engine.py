@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from localspec import _core
-from localspec.convert import params_to_core, stats_from_core
+from localspec.convert import logprobs_from_core, params_to_core, stats_from_core
 from localspec.errors import EngineClosedError, LocalspecError, QueueFullError
 from localspec.loading import LoadOptions, open_core
 from localspec.types import (
@@ -255,6 +255,10 @@ class Engine:
     def token_text(self, token: int) -> str:
         return self._core.token_text(token)
 
+    def check_grammar(self, gbnf: str) -> None:
+        """Raise InvalidParameterError when a GBNF grammar does not parse."""
+        self._core.check_grammar(gbnf)
+
     # ---- lifecycle -----------------------------------------------------------------------
 
     def close(self) -> None:
@@ -312,8 +316,13 @@ class Engine:
             tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
             core_request = params_to_core(params, tokens)
 
-            def on_chunk(text: str, ids: list[int], prov: list[int], stats: dict[str, Any]) -> bool:
-                chunk = Chunk(text, ids, [_PROVENANCE[p] for p in prov], stats_from_core(stats))
+            def on_chunk(
+                text: str, ids: list[int], prov: list[int], stats: dict[str, Any], lps: list[Any]
+            ) -> bool:
+                chunk = Chunk(
+                    text, ids, [_PROVENANCE[p] for p in prov], stats_from_core(stats),
+                    logprobs_from_core(lps, params.logprobs),
+                )
                 return handle._on_chunk(chunk)
 
             raw = self._core.generate(core_request, on_chunk)
@@ -325,6 +334,7 @@ class Engine:
                 stats=stats_from_core(raw["stats"]),
                 pass_rows=list(raw["pass_rows"]),
                 pass_emitted=list(raw["pass_emitted"]),
+                logprobs=logprobs_from_core(raw["logprobs"], params.logprobs),
             )
             if result.finish_reason == "stop" and params.stop:
                 result.text_tokens = text_tokens(self.detokenize, result.tokens, result.text)

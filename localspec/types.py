@@ -9,6 +9,7 @@ either an accepted draft token (provenance ``"draft"``) or a token the target pr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Union
 
@@ -32,6 +33,19 @@ class GenerationParams:
     speculative: bool = True  # False: plain target-only decoding
     ignore_eos: bool = False  # benchmarks generate a fixed number of tokens
     reuse_cache: bool = True  # reuse the KV of a prefix shared with the previous request
+    # Penalties (llama.cpp's): over the last penalty_last_n tokens (prompt included; -1: the
+    # whole context; 0: off), a token seen c times has its logit divided by repeat_penalty
+    # (multiplied if <= 0), then lowered by c * frequency_penalty + presence_penalty.
+    repeat_penalty: float = 1.0  # 1: off
+    frequency_penalty: float = 0.0  # 0: off
+    presence_penalty: float = 0.0  # 0: off
+    penalty_last_n: int = 64
+    # The output follows this GBNF grammar (root rule "root"); None: unconstrained.
+    # localspec.grammar.json_schema_to_gbnf turns a JSON Schema into one.
+    grammar: str | None = None
+    # Report each token's log probability (and the top_logprobs most likely alternatives).
+    logprobs: bool = False
+    top_logprobs: int = 0
 
     def validate(self) -> None:
         """Raise InvalidParameterError with one sentence naming the bad value."""
@@ -58,6 +72,23 @@ class GenerationParams:
             raise bad("draft_max", self.draft_max, "it must be 'auto' or an integer in [0, 64]")
         if any(not isinstance(s, str) or s == "" for s in self.stop):
             raise bad("stop", self.stop, "stop strings must be non-empty strings")
+        self._validate_shaping(bad)
+
+    def _validate_shaping(self, bad: Callable[[str, object, str], Exception]) -> None:
+        if not 0.0 < self.repeat_penalty <= 10.0:
+            raise bad("repeat_penalty", self.repeat_penalty, "it must be in (0, 10] (1: off)")
+        for name in ("frequency_penalty", "presence_penalty"):
+            if not -2.0 <= getattr(self, name) <= 2.0:
+                raise bad(name, getattr(self, name), "it must be between -2 and 2 (0 disables it)")
+        if not isinstance(self.penalty_last_n, int) or self.penalty_last_n < -1:
+            raise bad(
+                "penalty_last_n", self.penalty_last_n,
+                "it must be an integer >= -1 (-1: the whole context, 0: off)",
+            )
+        if self.grammar is not None and not self.grammar.strip():
+            raise bad("grammar", self.grammar, "it must be a non-empty GBNF grammar or None")
+        if not isinstance(self.top_logprobs, int) or not 0 <= self.top_logprobs <= 20:
+            raise bad("top_logprobs", self.top_logprobs, "it must be an integer in [0, 20]")
 
 
 @dataclass
@@ -101,6 +132,16 @@ class GenerationStats:
         return out
 
 
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A token's log probability under the target's raw distribution (before penalties, a
+    grammar and sampling settings), with the most likely alternatives there, best first."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
 @dataclass
 class Chunk:
     """Tokens emitted by one speculative step (at least one token)."""
@@ -109,6 +150,7 @@ class Chunk:
     tokens: list[int]
     provenance: list[Provenance]
     stats: GenerationStats  # running totals after this step
+    logprobs: list[TokenLogprob] | None = None  # one per token when params.logprobs
 
 
 @dataclass
@@ -124,6 +166,7 @@ class GenerationResult:
     # Tokens whose text is in ``text`` (OpenAI's completion_tokens): ``len(tokens)`` unless a
     # stop string cut the tail of the last step; None: not counted (then all of them).
     text_tokens: int | None = None
+    logprobs: list[TokenLogprob] | None = None  # one per token when params.logprobs
 
     @property
     def completion_tokens(self) -> int:

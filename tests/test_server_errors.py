@@ -89,9 +89,13 @@ BAD_CHAT = [
     ({"stop": [""]}, "stop"),
     ({"temperature": "hot"}, "temperature"),
     ({"n": 2}, "n"),
-    ({"logprobs": True}, "logprobs"),
+    ({"top_logprobs": 3}, "top_logprobs"),
     ({"tools": [{"type": "function"}]}, "tools"),
-    ({"frequency_penalty": 1.0}, "frequency_penalty"),
+    ({"frequency_penalty": 5.0}, "frequency_penalty"),
+    ({"grammar": "root ::= ("}, "grammar"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"a": {"type": "string", "pattern": "^a"}}}}}},
+     "response_format"),
 ]
 
 

@@ -57,10 +57,10 @@ def test_wrong_type_is_rejected() -> None:
     ("extra", "param"),
     [
         ({"n": 2}, "n"),
-        ({"logprobs": True}, "logprobs"),
-        ({"presence_penalty": 0.5}, "presence_penalty"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"grammar": "root ::= x", "response_format": {"type": "json_object"}}, "grammar"),
         ({"logit_bias": {"1": 2.0}}, "logit_bias"),
-        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"response_format": {"type": "json_schema"}}, "response_format"),
         ({"stream_options": {"include_usage": True}}, "stream_options"),
         ({"max_tokens": 3, "max_completion_tokens": 4}, "max_tokens"),
     ],

@@ -23,6 +23,7 @@ from localspec.commands.common import (
     load_engine,
 )
 from localspec.commands.limits import limit_notes
+from localspec.commands.shaping import add_shaping_arguments, shaping_fields
 from localspec.engine import Engine
 from localspec.errors import InvalidParameterError
 from localspec.learned import restore_saved, save_learned, saved_path
@@ -61,6 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--ignore-eos", action="store_true", help="generate exactly --max-tokens tokens"
     )
     parser.add_argument("--no-speculation", action="store_true", help="plain target-only decoding")
+    add_shaping_arguments(parser)
     parser.add_argument(
         "--reset-stats", action="store_true",
         help="start the draft controller from nothing instead of the statistics saved by earlier "
@@ -88,6 +90,7 @@ def _params(args: argparse.Namespace, choice: ModelChoice) -> GenerationParams:
         draft_max=args.draft_max if args.draft_max is not None else choice.draft_max,
         speculative=not args.no_speculation,
         ignore_eos=args.ignore_eos,
+        **shaping_fields(args),
     )
     params.validate()  # before the (slow) model load
     return params

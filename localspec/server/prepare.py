@@ -12,12 +12,14 @@ from typing import Any
 from localspec.chat_template import chat_format, render_chat
 from localspec.engine import Engine
 from localspec.errors import InvalidParameterError, PromptTooLongError
+from localspec.grammar import JSON_OBJECT_GBNF, json_schema_to_gbnf
 from localspec.server.schemas import ChatCompletionRequest, CompletionRequest, SamplingRequest
 from localspec.types import GenerationParams
 
 # Request fields copied onto GenerationParams when the client sets them.
 _SAMPLING_FIELDS = (
     "temperature", "top_p", "top_k", "min_p", "seed", "draft_max", "speculative", "ignore_eos",
+    "repeat_penalty", "frequency_penalty", "presence_penalty",
 )
 
 
@@ -97,6 +99,8 @@ class Preparer:
                 "shorten it or restart the server with a larger --ctx."
             )
         params = replace(self._defaults, **_overrides(request))
+        if params.grammar is not None:
+            self._check_grammar(request, params.grammar)
         limit = min(max_tokens, self._max_tokens) if max_tokens is not None else self._max_tokens
         stop = tuple(dict.fromkeys((*template_stop, *request.stop_strings())))
         params = replace(params, max_tokens=min(limit, room), stop=stop)
@@ -104,14 +108,49 @@ class Preparer:
         return Prepared(tokens, params, request.want_provenance)
 
 
+    def _check_grammar(self, request: SamplingRequest, grammar: str) -> None:
+        try:
+            self._engine.check_grammar(grammar)
+        except InvalidParameterError as error:
+            error.param = "grammar" if request.grammar is not None else "response_format"  # type: ignore[attr-defined]
+            raise
+
+
 def _overrides(request: SamplingRequest) -> dict[str, Any]:
     names = {f.name for f in fields(GenerationParams)}
-    out = {}
+    out: dict[str, Any] = {}
     for name in _SAMPLING_FIELDS:
         value = getattr(request, name)
         if value is not None and name in names:
             out[name] = value
-    return out
+    if request.repeat_last_n is not None:
+        out["penalty_last_n"] = request.repeat_last_n
+    grammar = _grammar(request)
+    if grammar is not None:
+        out["grammar"] = grammar
+    return {**out, **_logprobs(request)}
+
+
+def _grammar(request: SamplingRequest) -> str | None:
+    fmt = request.response_format
+    if fmt is None or fmt.type == "text":
+        return request.grammar
+    if fmt.type == "json_object":
+        return JSON_OBJECT_GBNF
+    assert fmt.json_schema is not None  # check_supported
+    try:
+        return json_schema_to_gbnf(fmt.json_schema.json_schema)
+    except InvalidParameterError as error:
+        error.param = "response_format"  # type: ignore[attr-defined]
+        raise
+
+
+def _logprobs(request: SamplingRequest) -> dict[str, Any]:
+    if isinstance(request, ChatCompletionRequest) and request.logprobs:
+        return {"logprobs": True, "top_logprobs": request.top_logprobs or 0}
+    if isinstance(request, CompletionRequest) and request.logprobs is not None:
+        return {"logprobs": True, "top_logprobs": request.logprobs}
+    return {}
 
 
 def _max_token_bytes(engine: Engine) -> int:

@@ -75,12 +75,13 @@ class Shape:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
     def full(
-        self, result: GenerationResult, usage: dict[str, int], extension: dict[str, Any]
+        self, result: GenerationResult, usage: dict[str, int], extension: dict[str, Any],
+        logprobs: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         choice: dict[str, Any] = {
             "index": 0,
             "finish_reason": finish_reason_of(result.finish_reason),
-            "logprobs": None,
+            "logprobs": logprobs,
         }
         if self.kind == "chat":
             choice["message"] = {"role": "assistant", "content": result.text}
@@ -97,8 +98,11 @@ class Shape:
         finish_reason: str | None = None,
         extension: dict[str, Any] | None = None,
         with_usage_field: bool = False,
+        logprobs: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason, "logprobs": None}
+        choice: dict[str, Any] = {
+            "index": 0, "finish_reason": finish_reason, "logprobs": logprobs,
+        }
         if self.kind == "chat":
             delta: dict[str, Any] = {"role": "assistant"} if role else {}
             if text or role:

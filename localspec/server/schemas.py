@@ -2,9 +2,10 @@
 
 Requests forbid unknown fields: a parameter localspec does not implement is a 400 naming it,
 never silently ignored. Fields OpenAI defines that localspec accepts only at their neutral
-value (``n=1``, ``logprobs=false``, zero penalties, ...) are declared and checked in
-``check_supported``. Extensions: ``top_k``, ``min_p``, ``draft_max``, ``speculative`` and the
-``localspec`` options object (see docs/server.md).
+value (``n=1``, no ``logit_bias``, ...) are declared and checked in ``check_supported``.
+Extensions: ``top_k``, ``min_p``, ``draft_max``, ``speculative``, llama.cpp's
+``repeat_penalty``, ``repeat_last_n`` and ``grammar``, and the ``localspec`` options object
+(see docs/server.md).
 """
 
 from __future__ import annotations
@@ -30,8 +31,20 @@ class LocalspecOptions(Strict):
     provenance: bool = False  # per-token draft/target provenance in the response
 
 
+class JsonSchemaFormat(BaseModel):
+    """OpenAI's ``response_format.json_schema``: a named schema (``strict`` is always on)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str = "response"
+    description: str | None = None
+    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
 class ResponseFormat(Strict):
-    type: str = "text"
+    type: Literal["text", "json_object", "json_schema"] = "text"
+    json_schema: JsonSchemaFormat | None = None
 
 
 class TextPart(Strict):
@@ -83,6 +96,7 @@ class SamplingRequest(Strict):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
+    response_format: ResponseFormat | None = None
     user: str | None = None  # an end-user id; recorded nowhere, accepted for compatibility
     # extensions
     top_k: int | None = None
@@ -90,19 +104,28 @@ class SamplingRequest(Strict):
     draft_max: int | str | None = None  # an int or "auto" (checked with the other values)
     speculative: bool | None = None
     ignore_eos: bool | None = None
+    repeat_penalty: float | None = None  # llama.cpp's server names
+    repeat_last_n: int | None = None
+    grammar: str | None = None  # GBNF, as llama.cpp's server accepts
     localspec: LocalspecOptions | None = None
 
     def check_supported(self) -> None:
         """Raise InvalidParameterError for OpenAI features localspec does not implement."""
         if self.n not in (None, 1):
             raise _unsupported("n", "only n=1 is supported; send several requests instead")
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(self, name) not in (None, 0, 0.0):
-                raise _unsupported(name, "penalties are not implemented; send 0 or omit it")
         if self.logit_bias:
             raise _unsupported("logit_bias", "logit_bias is not implemented")
         if self.stream_options is not None and not self.stream:
             raise _unsupported("stream_options", "stream_options is only allowed with stream=true")
+        fmt = self.response_format
+        if fmt is not None and fmt.type != "text" and self.grammar is not None:
+            raise _unsupported("grammar", "send either a grammar or a response_format, not both")
+        if fmt is not None and fmt.type == "json_schema" and (
+            fmt.json_schema is None or fmt.json_schema.json_schema is None
+        ):
+            raise _unsupported(
+                "response_format", "type 'json_schema' needs json_schema.schema (a JSON Schema)"
+            )
 
     def stop_strings(self) -> tuple[str, ...]:
         if self.stop is None:
@@ -123,16 +146,11 @@ class ChatCompletionRequest(SamplingRequest):
     max_completion_tokens: int | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
-    response_format: ResponseFormat | None = None
 
     def check_supported(self) -> None:
         super().check_supported()
-        if self.logprobs:
-            raise _unsupported("logprobs", "logprobs are not implemented")
-        if self.top_logprobs is not None:
-            raise _unsupported("top_logprobs", "logprobs are not implemented")
-        if self.response_format is not None and self.response_format.type != "text":
-            raise _unsupported("response_format", "only the 'text' response format is supported")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise _unsupported("top_logprobs", "top_logprobs needs logprobs=true")
         if (
             self.max_tokens is not None
             and self.max_completion_tokens is not None
@@ -164,8 +182,6 @@ class CompletionRequest(SamplingRequest):
             raise _unsupported("echo", "echo is not implemented")
         if self.best_of not in (None, 1):
             raise _unsupported("best_of", "only best_of=1 is supported")
-        if self.logprobs is not None:
-            raise _unsupported("logprobs", "logprobs are not implemented")
         if self.suffix:
             raise _unsupported("suffix", "suffix (fill-in-the-middle) is not implemented")
 

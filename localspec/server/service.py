@@ -31,6 +31,7 @@ from localspec.server.errors import (
     from_unexpected,
     shutting_down,
 )
+from localspec.server.logprobs import chat_logprobs, completion_logprobs
 from localspec.server.metrics import ServerMetrics
 from localspec.server.middleware import request_id
 from localspec.server.options import ServerOptions
@@ -45,7 +46,7 @@ from localspec.server.responses import (
 )
 from localspec.server.running import Call, Run
 from localspec.server.schemas import ChatCompletionRequest, CompletionRequest
-from localspec.types import Chunk, GenerationResult
+from localspec.types import Chunk, GenerationResult, TokenLogprob
 
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for "the client went away"
 SSE_CANCEL_MARGIN_SECONDS = 3  # sse-starlette cuts streams this long after our own shutdown end
@@ -173,7 +174,18 @@ class Service:
                 result.tokens, result.provenance, self._piece
             )
         usage = usage_of(result, len(call.prepared.tokens))
-        return JSONResponse(call.shape.full(result, usage, extension))
+        kept = result.logprobs[: result.completion_tokens] if result.logprobs is not None else None
+        logprobs = self._logprobs(call, kept, 0)
+        return JSONResponse(call.shape.full(result, usage, extension, logprobs))
+
+    def _logprobs(
+        self, call: Call, logprobs: list[TokenLogprob] | None, offset: int
+    ) -> dict[str, Any] | None:
+        if logprobs is None:
+            return None
+        if call.shape.kind == "chat":
+            return chat_logprobs(logprobs, self._piece)
+        return completion_logprobs(logprobs, self._piece, offset)
 
     def _piece(self, token: int) -> str:
         return self.engine.detokenize([token])
@@ -194,10 +206,11 @@ class Service:
                 first = await run.next()
             if shape.kind == "chat":
                 yield _data(shape.chunk("", role=True, with_usage_field=usage_field))
-            event = first
+            event, offset = first, 0
             while True:
                 if isinstance(event, Chunk):
-                    body = self._chunk_body(call, event)
+                    body = self._chunk_body(call, event, offset)
+                    offset += len(event.text)
                     if body is not None:
                         yield _data(body)
                 elif isinstance(event, Finished):
@@ -227,15 +240,17 @@ class Service:
         body: dict[str, Any] = json.loads(bytes(response.body))
         return body
 
-    def _chunk_body(self, call: Call, chunk: Chunk) -> dict[str, Any] | None:
+    def _chunk_body(self, call: Call, chunk: Chunk, offset: int) -> dict[str, Any] | None:
         extension = None
         if call.prepared.provenance:
             sources = provenance_of(chunk.tokens, chunk.provenance, self._piece)
             extension = {"provenance": sources}
-        if not chunk.text and extension is None:
+        logprobs = self._logprobs(call, chunk.logprobs or None, offset)
+        if not chunk.text and extension is None and logprobs is None:
             return None
         return call.shape.chunk(
-            chunk.text, extension=extension, with_usage_field=call.request.include_usage
+            chunk.text, extension=extension, with_usage_field=call.request.include_usage,
+            logprobs=logprobs,
         )
 
     def _final_bodies(self, call: Call, result: GenerationResult) -> list[dict[str, Any]]:

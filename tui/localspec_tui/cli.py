@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import Any
 
 from localspec.commands.common import ModelChoice, add_model_arguments, choose_models
+from localspec.commands.shaping import add_shaping_arguments, shaping_fields
 from localspec.errors import InvalidParameterError
 
 from .settings import ChatSettings, parse_draft_max
@@ -33,6 +35,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--no-spec", action="store_true", help="start with speculation off (F2 toggles it)"
     )
+    add_shaping_arguments(parser)
     parser.set_defaults(func=run_chat)
 
 
@@ -51,6 +54,7 @@ def settings_from_args(args: argparse.Namespace, choice: ModelChoice) -> ChatSet
         seed=args.seed,
         system_prompt=args.system or None,
     )
+    settings.base = replace(settings.base, **shaping_fields(args))
     settings.params()  # validates, raising InvalidParameterError with the bad value
     return settings
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-COMMANDS = ("help", "new", "copy", "colours", "quit", "temp", "k", "spec", "system", "max")
+COMMANDS = (
+    "help", "new", "copy", "colours", "quit", "temp", "k", "spec", "system", "max", "json",
+)
 ALIASES = {"colors": "colours", "clear": "new", "exit": "quit", "draft": "k", "temperature": "temp"}
 
 

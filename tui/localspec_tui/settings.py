@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from localspec.grammar import JSON_OBJECT_GBNF
 from localspec.types import DraftMax, GenerationParams
 
 DRAFT_CYCLE: tuple[DraftMax, ...] = ("auto", 1, 2, 3, 4, 5, 6, 8)
@@ -20,6 +21,7 @@ class ChatSettings:
     max_tokens: int = 512
     seed: int | None = None
     system_prompt: str | None = None
+    json_mode: bool = False  # /json: replies constrained to one JSON object
     base: GenerationParams = field(default_factory=GenerationParams)  # top-k, top-p, min-p, ...
 
     def params(self) -> GenerationParams:
@@ -32,6 +34,8 @@ class ChatSettings:
             max_tokens=self.max_tokens,
             seed=self.seed,
         )
+        if self.json_mode:
+            params = replace(params, grammar=JSON_OBJECT_GBNF)
         params.validate()
         return params
 

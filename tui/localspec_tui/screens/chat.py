@@ -299,6 +299,9 @@ class ChatScreen(Screen[None]):
         elif name == "spec":
             settings.speculative = parse_switch(argument, settings.speculative)
             self._apply_live(f"Speculation {'on' if settings.speculative else 'off'}")
+        elif name == "json":
+            settings.json_mode = parse_switch(argument, settings.json_mode)
+            self.notify(f"JSON replies {'on' if settings.json_mode else 'off'}", timeout=2)
         elif name == "max":
             settings.max_tokens = parse_max_tokens(argument)
             self.notify(f"Replies up to {settings.max_tokens} tokens", timeout=2)

@@ -1,0 +1,57 @@
+#include "target_rows.h"
+
+#include <algorithm>
+
+namespace localspec {
+
+TargetRows::TargetRows(const Context& target, const std::vector<Token>& history, const std::vector<Token>& drafts,
+                       const SamplingParams& params, Grammar* grammar)
+    : target_(target), drafts_(drafts), params_(params), grammar_(grammar) {
+    if (params.penalized()) {
+        const size_t n = params.penalty_last_n < 0 ? history.size()
+                                                   : std::min(history.size(), static_cast<size_t>(params.penalty_last_n));
+        window_.assign(history.end() - static_cast<long>(n), history.end());
+    }
+}
+
+void TargetRows::advance_to(size_t i) {
+    while (row_ < i) {
+        const Token d = drafts_[row_];
+        if (grammar_) grammar_->accept(d);  // row_'s rule accepted d, so the grammar allows it
+        if (params_.penalized()) window_.push_back(d);
+        ++row_;
+    }
+}
+
+const float* TargetRows::penalized(size_t i) {
+    advance_to(i);
+    const float* raw = target_.logits(static_cast<int>(i));
+    if (!params_.penalized()) return raw;
+    buffer_.assign(raw, raw + target_.n_vocab());
+    apply_penalties(buffer_.data(), target_.n_vocab(), window_, params_);
+    return buffer_.data();
+}
+
+Token TargetRows::argmax(size_t i) {
+    const float* logits = penalized(i);
+    const Token best = localspec::argmax(logits, target_.n_vocab());
+    // The constrained argmax is the unconstrained one whenever the grammar allows it.
+    if (!grammar_ || grammar_->allows(best)) return best;
+    if (logits != buffer_.data()) buffer_.assign(logits, logits + target_.n_vocab());
+    grammar_->mask(buffer_.data(), target_.n_vocab());
+    return localspec::argmax(buffer_.data(), target_.n_vocab());
+}
+
+Distribution TargetRows::warped(size_t i) {
+    const float* logits = penalized(i);
+    if (!grammar_) return warp(logits, target_.n_vocab(), params_);
+    if (logits != buffer_.data()) buffer_.assign(logits, logits + target_.n_vocab());
+    grammar_->mask(buffer_.data(), target_.n_vocab());
+    return warp(buffer_.data(), target_.n_vocab(), params_);
+}
+
+void TargetRows::emit(Token token) {
+    if (grammar_) grammar_->accept(token);
+}
+
+}  // namespace localspec

@@ -1,0 +1,44 @@
+// The target's rows of one verification batch, shaped as plain decoding shapes them at the
+// same positions: the penalties over the window that ends there (history + the drafts before
+// the row) and the grammar in its state there. Row i is what the target alone would see after
+// emitting d_1..d_i, so the acceptance rules stay lossless with respect to the shaped target.
+#pragma once
+
+#include <vector>
+
+#include "llama_backend.h"
+#include "sampling.h"
+
+namespace localspec {
+
+class TargetRows {
+public:
+    // `grammar` may be null (unconstrained); it advances over the drafts as rows are read and
+    // must outlive this object.
+    TargetRows(const Context& target, const std::vector<Token>& history, const std::vector<Token>& drafts,
+               const SamplingParams& params, Grammar* grammar);
+
+    // Rows are read in increasing order, each once (as the acceptance rules walk them).
+    // Greedy: the argmax of row i's shaped logits.
+    Token argmax(size_t i);
+    // Sampling: row i's warped distribution.
+    Distribution warped(size_t i);
+    // After acceptance (rows 0..n read, d_1..d_n accepted): the grammar takes the step's
+    // correction or bonus token.
+    void emit(Token token);
+
+private:
+    void advance_to(size_t i);
+    // Row i's logits with penalties applied (the raw row when there are none).
+    const float* penalized(size_t i);
+
+    const Context& target_;
+    const std::vector<Token>& drafts_;
+    const SamplingParams& params_;
+    Grammar* grammar_;
+    std::vector<Token> window_;  // the tokens before the current row (penalty window only)
+    std::vector<float> buffer_;
+    size_t row_ = 0;  // the row the grammar and the window are at
+};
+
+}  // namespace localspec

@@ -1,0 +1,58 @@
+"""Command-line options that shape the target's distribution (penalties, a grammar, a JSON
+Schema), shared by ``run`` and ``chat``. They only convert: GenerationParams validates."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from localspec.errors import InvalidParameterError
+from localspec.grammar import json_schema_to_gbnf, load_json_schema
+
+
+def add_shaping_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("penalties and structured output")
+    group.add_argument("--repeat-penalty", type=float, default=1.0,
+                       help="divide the logits of recent tokens by this (1.0 = off)")
+    group.add_argument("--frequency-penalty", type=float, default=0.0,
+                       help="lower recent tokens' logits by this times their count (0 = off)")
+    group.add_argument("--presence-penalty", type=float, default=0.0,
+                       help="lower the logits of tokens seen recently by this (0 = off)")
+    group.add_argument("--repeat-last-n", "--penalty-last-n", dest="penalty_last_n", type=int,
+                       default=64, help="how many recent tokens the penalties look at "
+                       "(-1 = the whole context, 0 = off; default 64)")
+    group.add_argument("--grammar", metavar="FILE",
+                       help="constrain the output to this GBNF grammar (llama.cpp's syntax)")
+    group.add_argument("--json-schema", metavar="FILE",
+                       help="constrain the output to JSON valid against this JSON Schema")
+
+
+def shaping_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """GenerationParams fields from the options above."""
+    grammar = None
+    if getattr(args, "grammar", None) and getattr(args, "json_schema", None):
+        raise InvalidParameterError("Give either --grammar or --json-schema, not both.")
+    if getattr(args, "grammar", None):
+        grammar = _read(args.grammar, "--grammar")
+    elif getattr(args, "json_schema", None):
+        text = _read(args.json_schema, "--json-schema")
+        grammar = json_schema_to_gbnf(load_json_schema(text, f"--json-schema {args.json_schema}"))
+    return {
+        "repeat_penalty": args.repeat_penalty,
+        "frequency_penalty": args.frequency_penalty,
+        "presence_penalty": args.presence_penalty,
+        "penalty_last_n": args.penalty_last_n,
+        "grammar": grammar,
+    }
+
+
+def _read(path: str, option: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise InvalidParameterError(
+            f"{option}: cannot read {path!r} ({error.strerror}); give a readable file."
+        ) from None
+    except UnicodeDecodeError:
+        raise InvalidParameterError(f"{option}: {path!r} is not UTF-8 text.") from None
