@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import fields
 
 from localspec import _core
 from localspec.types import GenerationParams, GenerationStats
 
-# With draft_max="auto" the controller picks k per step, up to this length.
-AUTO_DRAFT_MAX = 15
+# With draft_max="auto" the controller picks k per step, up to the core's limit.
+AUTO_DRAFT_MAX: int = _core.AUTO_DRAFT_MAX
 
 
 def params_to_core(params: GenerationParams, prompt: list[int]) -> _core.GenerateRequest:
@@ -33,7 +33,6 @@ def params_to_core(params: GenerationParams, prompt: list[int]) -> _core.Generat
     return request
 
 
-def stats_from_core(raw: dict[str, Any]) -> GenerationStats:
-    raw = dict(raw)
-    raw.pop("acceptance_by_position", None)
-    return GenerationStats(**raw)
+def stats_from_core(raw: _core.GenerationStats) -> GenerationStats:
+    """The core's statistics as the Python value type (its fields are the one list)."""
+    return GenerationStats(**{f.name: getattr(raw, f.name) for f in fields(GenerationStats)})

@@ -9,8 +9,11 @@ either an accepted draft token (provenance ``"draft"``) or a token the target pr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Union
+
+from localspec.drafter_spec import DrafterSpec
 
 Provenance = Literal["draft", "target"]
 FinishReason = Literal["stop", "length", "cancelled"]
@@ -35,29 +38,74 @@ class GenerationParams:
 
     def validate(self) -> None:
         """Raise InvalidParameterError with one sentence naming the bad value."""
-        from localspec.errors import InvalidParameterError
+        for name in _GENERATION_RULES:
+            value = getattr(self, name)
+            rule = generation_rule_violation(name, value)
+            if rule is not None:
+                raise _invalid(name, value, rule)
 
-        def bad(name: str, value: object, rule: str) -> InvalidParameterError:
-            return InvalidParameterError(f"{name}={value!r} is invalid: {rule}.")
 
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise bad("max_tokens", self.max_tokens, "it must be an integer >= 1")
-        if not 0.0 <= self.temperature <= 100.0:
-            raise bad("temperature", self.temperature, "it must be between 0 and 100")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
-            raise bad("top_k", self.top_k, "it must be an integer >= 0 (0 disables it)")
-        if not 0.0 < self.top_p <= 1.0:
-            raise bad("top_p", self.top_p, "it must be in (0, 1]")
-        if not 0.0 <= self.min_p <= 1.0:
-            raise bad("min_p", self.min_p, "it must be in [0, 1]")
-        if self.seed is not None and not 0 <= self.seed < 2**64:
-            raise bad("seed", self.seed, "it must be an integer in [0, 2^64)")
-        if self.draft_max != "auto" and (
-            not isinstance(self.draft_max, int) or not 0 <= self.draft_max <= 64
-        ):
-            raise bad("draft_max", self.draft_max, "it must be 'auto' or an integer in [0, 64]")
-        if any(not isinstance(s, str) or s == "" for s in self.stop):
-            raise bad("stop", self.stop, "stop strings must be non-empty strings")
+def _invalid(name: str, value: object, rule: str) -> Exception:
+    from localspec.errors import InvalidParameterError
+
+    return InvalidParameterError(f"{name}={value!r} is invalid: {rule}.")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_draft_max(value: object) -> bool:
+    return value == "auto" or (_is_int(value) and 0 <= value <= DRAFT_MAX_LIMIT)  # type: ignore[operator]
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+DRAFT_MAX_LIMIT = 64  # the longest fixed draft a request may ask for
+# GenerationParams' rules, the only place they are written: field -> (check, rule when it fails).
+_GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "max_tokens": (lambda v: _is_int(v) and v >= 1, "it must be an integer >= 1"),
+    "temperature": (lambda v: _is_number(v) and 0.0 <= v <= 100.0,
+                    "it must be between 0 and 100"),
+    "top_k": (lambda v: _is_int(v) and v >= 0, "it must be an integer >= 0 (0 disables it)"),
+    "top_p": (lambda v: _is_number(v) and 0.0 < v <= 1.0, "it must be in (0, 1]"),
+    "min_p": (lambda v: _is_number(v) and 0.0 <= v <= 1.0, "it must be in [0, 1]"),
+    "seed": (lambda v: v is None or (_is_int(v) and 0 <= v < 2**64),
+             "it must be an integer in [0, 2^64)"),
+    "draft_max": (_is_draft_max,
+                  f"it must be 'auto' or an integer between 0 and {DRAFT_MAX_LIMIT}"),
+    "stop": (lambda v: all(isinstance(s, str) and s != "" for s in v),
+             "stop strings must be non-empty strings"),
+}
+
+
+def generation_rule_violation(name: str, value: object) -> str | None:
+    """The rule ``value`` breaks as GenerationParams' field ``name``, or None when it is valid
+    (models.toml and the chat settings check single fields with it)."""
+    check, rule = _GENERATION_RULES[name]
+    return None if check(value) else rule
+
+
+def parse_draft_max(text: str) -> DraftMax:
+    """``"auto"`` or an integer in [0, 64], from text (command line, chat commands); raises
+    InvalidParameterError with one sentence."""
+    from localspec.errors import InvalidParameterError
+
+    text = text.strip().lower()
+    if text == "auto":
+        return "auto"
+    try:
+        value: DraftMax = int(text)
+    except ValueError:
+        raise InvalidParameterError(
+            f"The draft length must be 'auto' or an integer, not {text!r}."
+        ) from None
+    rule = generation_rule_violation("draft_max", value)
+    if rule is not None:
+        raise InvalidParameterError(f"The draft length {value} is invalid: {rule}.")
+    return value
 
 
 @dataclass
@@ -142,7 +190,7 @@ class EngineInfo:
     """What an engine has loaded."""
 
     target_path: str
-    drafter: str  # "ngram", "none" or the draft GGUF's path
+    drafter: str  # the drafter in effect, spelt as DrafterSpec.parse reads it
     n_ctx: int
     n_vocab: int
     target_name: str
@@ -160,3 +208,7 @@ class EngineInfo:
     # Something the user should know about what was loaded ("" when nothing), e.g. why
     # speculation is off.
     notice: str = ""
+
+    @property
+    def drafter_spec(self) -> DrafterSpec:
+        return DrafterSpec.parse(self.drafter)
