@@ -32,12 +32,18 @@ PROMPT = "the quick brown fox jumps over the lazy dog and the speculative"
 @pytest.fixture(scope="module")
 def heads(model_dir: Path, tiny_model_path: Path) -> dict[str, Path]:
     return {
-        "d2t": write_eagle3_head(model_dir / "e3-d2t.gguf", tiny_model_path, HeadSpec(draft_vocab=128, seed=3)),
+        "d2t": write_eagle3_head(
+            model_dir / "e3-d2t.gguf", tiny_model_path, HeadSpec(draft_vocab=128, seed=3)
+        ),
         # The whole vocabulary and a flatter output: more of its drafts are accepted.
-        "full": write_eagle3_head(model_dir / "e3-full.gguf", tiny_model_path,
-                                  HeadSpec(draft_vocab=0, scale=0.3, seed=4)),
-        "flat-d2t": write_eagle3_head(model_dir / "e3-flat-d2t.gguf", tiny_model_path,
-                                      HeadSpec(draft_vocab=200, scale=0.3, seed=6)),
+        "full": write_eagle3_head(
+            model_dir / "e3-full.gguf", tiny_model_path, HeadSpec(draft_vocab=0, scale=0.3, seed=4)
+        ),
+        "flat-d2t": write_eagle3_head(
+            model_dir / "e3-flat-d2t.gguf",
+            tiny_model_path,
+            HeadSpec(draft_vocab=200, scale=0.3, seed=6),
+        ),
     }
 
 
@@ -92,11 +98,17 @@ def test_cache_reuse_long_prompts_and_cancel(plain, heads, tiny_model_path) -> N
     short = GenerationParams(temperature=0.0, max_tokens=60, ignore_eos=True)
     try:
         for prompt in [PROMPT, PROMPT + " and again", long_prompt, "zq " + PROMPT, PROMPT]:
-            assert engine.generate(prompt, short, draft_max=4).tokens == plain.generate(prompt, short).tokens
+            assert (
+                engine.generate(prompt, short, draft_max=4).tokens
+                == plain.generate(prompt, short).tokens
+            )
         stream = engine.stream(PROMPT, short, draft_max=4)
         next(stream)
         stream.close()  # cancelled mid-generation; the next request still matches
-        assert engine.generate(PROMPT, short, draft_max=4).tokens == plain.generate(PROMPT, short).tokens
+        assert (
+            engine.generate(PROMPT, short, draft_max=4).tokens
+            == plain.generate(PROMPT, short).tokens
+        )
     finally:
         engine.close()
 
@@ -118,7 +130,7 @@ def test_sampling_follows_the_target_distribution(plain, heads, tiny_model_path)
     sp = _core.SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
 
     def exact(tokens: list[int]) -> dict[int, float]:
-        ids, probs = _core.warp(plain.next_token_logits(tokens), sp)
+        ids, probs = _core.testing.warp(plain.next_token_logits(tokens), sp)
         return dict(zip(ids, probs, strict=False))
 
     engine = load(tiny_model_path, heads["flat-d2t"])  # q lives on 200 of the 300 tokens
@@ -127,7 +139,10 @@ def test_sampling_follows_the_target_distribution(plain, heads, tiny_model_path)
         outputs = [engine.generate(prompt, params, seed=seed, draft_max=3) for seed in range(2000)]
     finally:
         engine.close()
-    drafted, accepted = sum(o.stats.drafted for o in outputs), sum(o.stats.accepted for o in outputs)
+    drafted, accepted = (
+        sum(o.stats.drafted for o in outputs),
+        sum(o.stats.accepted for o in outputs),
+    )
     assert drafted > 1500 and 50 < accepted < drafted - 50
     first = [o.tokens[0] for o in outputs]
     assert chi_square_pvalue(first, exact(prompt)) > P_VALUE_FLOOR
@@ -141,8 +156,9 @@ def test_the_controller_turns_a_useless_head_off(heads, tiny_model_path) -> None
     after a few probes."""
     engine = load(tiny_model_path, heads["d2t"])
     # Sampled text rarely repeats, so n-gram lookups rarely propose: the head does the drafting.
-    params = GenerationParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=400,
-                              ignore_eos=True, seed=5)
+    params = GenerationParams(
+        temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=400, ignore_eos=True, seed=5
+    )
     try:
         fixed = engine.generate(PROMPT, params, draft_max=3)
         auto = engine.generate(PROMPT, params, draft_max="auto", reuse_cache=False)
@@ -154,12 +170,18 @@ def test_the_controller_turns_a_useless_head_off(heads, tiny_model_path) -> None
 
 def test_a_head_for_another_target_is_refused(model_dir: Path, heads, tiny_model_path) -> None:
     wide = write_model(model_dir / "tiny-wide.gguf", TinyConfig(n_embd=96, n_head=4, n_head_kv=2))
-    with pytest.raises(LocalspecError, match="hidden size 64, but .* has 96; use a head made for this target"):
+    with pytest.raises(
+        LocalspecError, match="hidden size 64, but .* has 96; use a head made for this target"
+    ):
         load(wide, heads["d2t"])
-    deep = write_eagle3_head(model_dir / "e3-deep.gguf", tiny_model_path, HeadSpec(target_layers=(1, 2, 9)))
+    deep = write_eagle3_head(
+        model_dir / "e3-deep.gguf", tiny_model_path, HeadSpec(target_layers=(1, 2, 9))
+    )
     with pytest.raises(LocalspecError, match="reads layer 9, but .* has layers 0..3"):
         load(tiny_model_path, deep)
-    first = write_eagle3_head(model_dir / "e3-layer0.gguf", tiny_model_path, HeadSpec(target_layers=(0, 1, 2)))
+    first = write_eagle3_head(
+        model_dir / "e3-layer0.gguf", tiny_model_path, HeadSpec(target_layers=(0, 1, 2))
+    )
     with pytest.raises(LocalspecError, match="reads layer 0"):
         load(tiny_model_path, first)
 
@@ -191,7 +213,8 @@ try:
 except LocalspecError as error:
     print("cross-check:", error)
 engine = Engine.load(target, draft="eagle3:" + head, n_ctx=256, draft_p_min=0.0)
-print("drafted", engine.generate("the quick", temperature=0.0, max_tokens=20, draft_max=3).stats.drafted)
+result = engine.generate("the quick", temperature=0.0, max_tokens=20, draft_max=3)
+print("drafted", result.stats.drafted)
 engine.close()
 """
 
@@ -200,8 +223,15 @@ def test_a_libllama_without_the_extensions(heads, tiny_model_path) -> None:
     """Without llama.cpp's C++-only extension functions, `import localspec` and EAGLE-3
     drafting (which reads the tap, not them) work; the cross-check says what is missing."""
     env = dict(os.environ, LOCALSPEC_HIDE_LLAMA_EXT="1")
-    proc = subprocess.run([sys.executable, "-c", HIDDEN_EXT, str(tiny_model_path), str(heads["d2t"])],
-                          capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", HIDDEN_EXT, str(tiny_model_path), str(heads["d2t"])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "cross-check: this libllama does not export llama_set_embeddings_layer_inp" in proc.stdout
+    assert (
+        "cross-check: this libllama does not export llama_set_embeddings_layer_inp" in proc.stdout
+    )
     assert "drafted " in proc.stdout and "drafted 0" not in proc.stdout
