@@ -20,33 +20,6 @@ using namespace localspec;
 
 namespace {
 
-py::dict stats_to_dict(const GenerationStats& s) {
-    py::dict d;
-    d["prompt_tokens"] = s.prompt_tokens;
-    d["n_tokens"] = s.n_tokens;
-    d["drafted"] = s.drafted;
-    d["accepted"] = s.accepted;
-    d["rejected"] = s.rejected;
-    d["target_passes"] = s.target_passes;
-    d["acceptance_rate"] = s.acceptance_rate();
-    d["mean_accepted_length"] = s.mean_accepted_length();
-    d["accepted_length_histogram"] = s.accepted_length_histogram;
-    d["drafted_by_position"] = s.drafted_by_position;
-    d["accepted_by_position"] = s.accepted_by_position;
-    d["prefill_seconds"] = s.prefill_seconds;
-    d["draft_seconds"] = s.draft_seconds;
-    d["model_drafted"] = s.model_drafted;
-    d["model_draft_seconds"] = s.model_draft_seconds;
-    d["verify_seconds"] = s.verify_seconds;
-    d["other_seconds"] = s.other_seconds;
-    d["generation_seconds"] = s.generation_seconds;
-    d["time_to_first_token"] = s.time_to_first_token;
-    d["tokens_per_second"] = s.tokens_per_second();
-    d["prefill_tokens_per_second"] = s.prefill_tokens_per_second();
-    d["draft_max"] = s.draft_max;
-    return d;
-}
-
 std::vector<int> provenance_ints(const std::vector<Provenance>& p) {
     std::vector<int> out;
     out.reserve(p.size());
@@ -112,7 +85,7 @@ public:
             py::gil_scoped_acquire acquire;
             try {
                 return callback(to_str(chunk.text), chunk.tokens, provenance_ints(chunk.provenance),
-                                stats_to_dict(chunk.stats), logprobs_to_list(chunk.logprobs))
+                                chunk.stats, logprobs_to_list(chunk.logprobs))
                     .cast<bool>();
             } catch (py::error_already_set& e) {
                 callback_error.emplace(std::move(e));
@@ -133,7 +106,7 @@ public:
         d["pass_rows"] = result.pass_rows;
         d["pass_emitted"] = result.pass_emitted;
         d["logprobs"] = logprobs_to_list(result.logprobs);
-        d["stats"] = stats_to_dict(result.stats);
+        d["stats"] = result.stats;
         return d;
     }
 
@@ -208,6 +181,7 @@ void translate_user_error(const UserError& e) {
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "localspec C++ core: speculative decoding over llama.cpp";
+    m.attr("AUTO_DRAFT_MAX") = kAutoDraftMax;
 
     py::register_exception_translator([](std::exception_ptr p) {
         try {
@@ -231,6 +205,7 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("draft_p_min", &EngineOptions::draft_p_min)
         .def_readwrite("controller_k_max", &EngineOptions::controller_k_max)
         .def_readwrite("fast_head", &EngineOptions::fast_head)
+        .def_readwrite("kv_type", &EngineOptions::kv_type)
         .def_readwrite("verbose", &EngineOptions::verbose);
 
     py::class_<GenerateRequest>(m, "GenerateRequest")
@@ -262,6 +237,30 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("frequency_penalty", &SamplingParams::frequency_penalty)
         .def_readwrite("presence_penalty", &SamplingParams::presence_penalty)
         .def_readwrite("penalty_last_n", &SamplingParams::penalty_last_n);
+
+    py::class_<GenerationStats>(m, "GenerationStats")
+        .def_readonly("prompt_tokens", &GenerationStats::prompt_tokens)
+        .def_readonly("n_tokens", &GenerationStats::n_tokens)
+        .def_readonly("drafted", &GenerationStats::drafted)
+        .def_readonly("accepted", &GenerationStats::accepted)
+        .def_readonly("rejected", &GenerationStats::rejected)
+        .def_readonly("target_passes", &GenerationStats::target_passes)
+        .def_readonly("draft_max", &GenerationStats::draft_max)
+        .def_readonly("accepted_length_histogram", &GenerationStats::accepted_length_histogram)
+        .def_readonly("drafted_by_position", &GenerationStats::drafted_by_position)
+        .def_readonly("accepted_by_position", &GenerationStats::accepted_by_position)
+        .def_readonly("prefill_seconds", &GenerationStats::prefill_seconds)
+        .def_readonly("draft_seconds", &GenerationStats::draft_seconds)
+        .def_readonly("model_drafted", &GenerationStats::model_drafted)
+        .def_readonly("model_draft_seconds", &GenerationStats::model_draft_seconds)
+        .def_readonly("verify_seconds", &GenerationStats::verify_seconds)
+        .def_readonly("other_seconds", &GenerationStats::other_seconds)
+        .def_readonly("generation_seconds", &GenerationStats::generation_seconds)
+        .def_readonly("time_to_first_token", &GenerationStats::time_to_first_token)
+        .def_property_readonly("acceptance_rate", &GenerationStats::acceptance_rate)
+        .def_property_readonly("mean_accepted_length", &GenerationStats::mean_accepted_length)
+        .def_property_readonly("tokens_per_second", &GenerationStats::tokens_per_second)
+        .def_property_readonly("prefill_tokens_per_second", &GenerationStats::prefill_tokens_per_second);
 
     py::class_<Core>(m, "Core")
         .def(py::init<const EngineOptions&>())
@@ -312,12 +311,15 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("verify", &ControllerMemory::verify)
         .def_readwrite("draft_cost", &ControllerMemory::draft_cost);
 
-    py::enum_<DraftController::Estimate>(m, "Estimate")
+    // Building blocks exposed for the tests only (localspec._core.testing).
+    py::module_ testing = m.def_submodule("testing", "pure functions and classes for the tests");
+
+    py::enum_<DraftController::Estimate>(testing, "Estimate")
         .value("MEAN", DraftController::Estimate::Mean)
         .value("PESSIMISTIC", DraftController::Estimate::Pessimistic)
         .value("OPTIMISTIC", DraftController::Estimate::Optimistic);
 
-    py::class_<DraftController>(m, "DraftController")
+    py::class_<DraftController>(testing, "DraftController")
         .def(py::init<int>())
         .def("begin_request", &DraftController::begin_request)
         .def("choose", &DraftController::choose, py::arg("kind") = 0, py::arg("limit") = 1 << 30)
@@ -338,23 +340,23 @@ PYBIND11_MODULE(_core, m) {
         .def("restore", &DraftController::restore)
         .def_property_readonly("k_max", &DraftController::k_max);
 
-    // Pure functions, exposed for tests and tools.
+    // Pure functions used by localspec itself.
     m.def("q8_head_supported", &Q8Head::cpu_supported);
-    m.def("q8_head_logits", &head_logits<Q8Block, Q8Head, q8_head_reference, 32>, HEAD_LOGITS_ARGS);
-    m.def("q8_head_kernels", &Q8Head::kernel_names);
-    m.def("q8_head_packed_bytes", &Q8Head::packed_bytes, py::arg("n_vocab"), py::arg("n_embd"));
-    m.def("q6k_head_logits", &head_logits<Q6KBlock, Q6KHead, q6k_head_reference, 256>, HEAD_LOGITS_ARGS);
-    m.def("q6k_head_packed_bytes", &Q6KHead::packed_bytes, py::arg("n_vocab"), py::arg("n_embd"));
+    testing.def("q8_head_logits", &head_logits<Q8Block, Q8Head, q8_head_reference, 32>, HEAD_LOGITS_ARGS);
+    testing.def("q8_head_kernels", &Q8Head::kernel_names);
+    testing.def("q8_head_packed_bytes", &Q8Head::packed_bytes, py::arg("n_vocab"), py::arg("n_embd"));
+    testing.def("q6k_head_logits", &head_logits<Q6KBlock, Q6KHead, q6k_head_reference, 256>, HEAD_LOGITS_ARGS);
+    testing.def("q6k_head_packed_bytes", &Q6KHead::packed_bytes, py::arg("n_vocab"), py::arg("n_embd"));
     m.def(
         "ngram_lookup",
         [](const std::vector<Token>& history, int n_min, int n_max, int k) {
             return NgramDrafter(n_min, n_max).lookup_draft(history, k).tokens;
         },
         py::arg("history"), py::arg("n_min"), py::arg("n_max"), py::arg("k"));
-    m.def("accept_greedy", [](const std::vector<Token>& drafts, const std::vector<Token>& argmaxes) {
+    testing.def("accept_greedy", [](const std::vector<Token>& drafts, const std::vector<Token>& argmaxes) {
         return acceptance_to_dict(accept_greedy(drafts, argmaxes));
     });
-    m.def(
+    testing.def(
         "accept_sampled",
         [](const std::vector<Token>& drafts, const std::vector<py::array_t<double>>& p,
            const std::vector<py::array_t<double>>& q, uint64_t seed) {
@@ -365,7 +367,7 @@ PYBIND11_MODULE(_core, m) {
             return acceptance_to_dict(accept_sampled(drafts, pd, qd, rng));
         },
         py::arg("drafts"), py::arg("p"), py::arg("q"), py::arg("seed"));
-    m.def(
+    testing.def(
         "accept_coupled",
         [](const std::vector<Token>& drafts, const std::vector<py::array_t<double>>& p, const std::vector<double>& u) {
             std::vector<Distribution> pd;
@@ -374,12 +376,12 @@ PYBIND11_MODULE(_core, m) {
             return acceptance_to_dict(accept_coupled(drafts, [&pd](size_t i) { return pd[i]; }, u));
         },
         py::arg("drafts"), py::arg("p"), py::arg("u"));
-    m.def("warp", [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
+    testing.def("warp", [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
                      const SamplingParams& params) {
         Distribution d = warp(logits.data(), static_cast<int>(logits.size()), params);
         return py::make_tuple(d.ids, d.probs);
     });
-    m.def(
+    testing.def(
         "apply_penalties",
         [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
            const std::vector<Token>& context, const SamplingParams& params) {
@@ -388,11 +390,11 @@ PYBIND11_MODULE(_core, m) {
             return py::array_t<float>(static_cast<py::ssize_t>(out.size()), out.data());
         },
         py::arg("logits"), py::arg("context"), py::arg("params"));
-    m.def("argmax", [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits) {
+    testing.def("argmax", [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits) {
         if (logits.size() == 0) throw std::invalid_argument("argmax of no logits");
         return argmax(logits.data(), static_cast<int>(logits.size()));
     });
-    m.def("top_probability", [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits) {
+    testing.def("top_probability", [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits) {
         if (logits.size() == 0) throw std::invalid_argument("top_probability of no logits");
         const auto n = static_cast<int>(logits.size());
         return top_probability(logits.data(), n, argmax(logits.data(), n));
@@ -428,7 +430,7 @@ PYBIND11_MODULE(_core, m) {
         d["problem"] = cmp.problem;
         return d;
     });
-    m.def("layer_inputs", [](const std::string& path, const std::vector<Token>& tokens, const std::vector<int>& layers,
+    testing.def("layer_inputs", [](const std::string& path, const std::vector<Token>& tokens, const std::vector<int>& layers,
                              bool extracted) {
         std::vector<float> rows;
         {

@@ -31,6 +31,7 @@ ContextOptions context_options(const EngineOptions& options, bool fast_head) {
     out.n_ctx = options.n_ctx;
     out.n_threads = options.n_threads;
     out.fast_head = fast_head;
+    out.kv_type = options.kv_type;
     return out;
 }
 

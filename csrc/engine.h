@@ -18,6 +18,10 @@ namespace localspec {
 
 enum class Provenance : uint8_t { Draft = 0, Target = 1 };
 
+// The longest draft the adaptive controller may choose ("auto" draft length; Python reads it
+// as _core.AUTO_DRAFT_MAX).
+constexpr int kAutoDraftMax = 15;
+
 struct EngineOptions {
     std::string target_path;
     // "none", "ngram", a draft GGUF's path, "hybrid:PATH" or "eagle3:PATH" (engine.cpp, parse_drafter)
@@ -30,8 +34,9 @@ struct EngineOptions {
     int ngram_min = 2;
     int ngram_max = 4;
     float draft_p_min = 0.4f;  // model drafter stops when its top probability falls below this
-    int controller_k_max = 15;  // the longest draft the adaptive controller may choose
+    int controller_k_max = kAutoDraftMax;  // the longest draft the adaptive controller may choose
     bool fast_head = true;  // logits from localspec's Q8_0 head when possible (target and draft)
+    std::string kv_type = "f16";  // KV cache type of both contexts (ggml's type name)
     bool verbose = false;
 };
 

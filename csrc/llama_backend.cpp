@@ -269,10 +269,21 @@ GraphTap layer_tap(const Model& model, const std::vector<int>& layers) {
     return GraphTap(names);
 }
 
+ggml_type kv_cache_type(const std::string& name) {
+    for (int t = 0; t < GGML_TYPE_COUNT; ++t) {
+        const auto type = static_cast<ggml_type>(t);
+        const char* type_name = ggml_type_name(type);
+        if (type_name != nullptr && name == type_name) return type;
+    }
+    throw UserError(ErrorKind::InvalidParameter, "kv_type '" + name + "' is not a ggml type; use f16 or q8_0.");
+}
+
 }  // namespace
 
 Context::Context(const Model& model, const ContextOptions& options) : impl_(std::make_unique<Impl>()) {
     llama_context_params params = llama_context_default_params();
+    params.type_k = kv_cache_type(options.kv_type);
+    params.type_v = params.type_k;
     int threads = options.n_threads > 0 ? options.n_threads
                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     params.n_ctx = static_cast<uint32_t>(options.n_ctx);

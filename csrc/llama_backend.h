@@ -79,6 +79,7 @@ struct ContextOptions {
     // Layers whose input hidden states each decode records (a hidden-state drafter reads them:
     // Context::features). Empty: none.
     std::vector<int> tap_layers;
+    std::string kv_type = "f16";  // the KV cache's element type: f16, q8_0, ... (ggml's names)
 };
 
 // One llama_context with a single sequence, plus the list of tokens its KV cache holds.

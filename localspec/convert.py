@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 from localspec import _core
 from localspec.types import GenerationParams, GenerationStats, TokenLogprob
 
-# With draft_max="auto" the controller picks k per step, up to this length.
-AUTO_DRAFT_MAX = 15
+# With draft_max="auto" the controller picks k per step, up to the core's limit.
+AUTO_DRAFT_MAX: int = _core.AUTO_DRAFT_MAX
 
 
 def params_to_core(params: GenerationParams, prompt: list[int]) -> _core.GenerateRequest:
@@ -46,7 +47,6 @@ def logprobs_from_core(raw: list[Any], wanted: bool) -> list[TokenLogprob] | Non
     return [TokenLogprob(t, lp, tuple((i, v) for i, v in top)) for t, lp, top in raw]
 
 
-def stats_from_core(raw: dict[str, Any]) -> GenerationStats:
-    raw = dict(raw)
-    raw.pop("acceptance_by_position", None)
-    return GenerationStats(**raw)
+def stats_from_core(raw: _core.GenerationStats) -> GenerationStats:
+    """The core's statistics as the Python value type (its fields are the one list)."""
+    return GenerationStats(**{f.name: getattr(raw, f.name) for f in fields(GenerationStats)})

@@ -25,6 +25,7 @@ import numpy as np
 
 from localspec import _core
 from localspec.convert import logprobs_from_core, params_to_core, stats_from_core
+from localspec.drafter_spec import DrafterSpec
 from localspec.errors import EngineClosedError, LocalspecError, QueueFullError
 from localspec.loading import LoadOptions, open_core
 from localspec.types import (
@@ -123,39 +124,23 @@ class Engine:
     def load(
         cls,
         target: str | Path,
-        draft: str | Path = "ngram",
+        draft: str | Path | DrafterSpec = "ngram",
         *,
-        n_ctx: int = 4096,
-        n_threads: int | None = None,
-        n_gpu_layers: int = -1,
-        n_gpu_layers_draft: int | None = None,
-        draft_sampling: bool = True,
-        draft_p_min: float = 0.4,
-        fast_head: bool = True,
         max_queue: int = 64,
-        verbose: bool = False,
+        **options: Any,
     ) -> Engine:
-        """Load a target GGUF and a drafter (a GGUF path, ``"ngram"`` or ``"none"``).
+        """Load a target GGUF and a drafter: a DrafterSpec or its spelling (``"ngram"``,
+        ``"none"``, a GGUF path or ``"hybrid:PATH"``; localspec.drafter_spec).
 
-        ``n_gpu_layers``: target layers to offload (-1: all); ``draft_sampling``: a draft model
-        samples its tokens from q at temperature > 0 (else drafts greedily); ``draft_p_min``:
-        a draft model stops drafting when its most likely token is below this probability;
-        ``fast_head``: the target's and a draft model's logits from localspec's Q8_0 CPU head
-        where it applies.
+        ``options`` are LoadOptions' fields, which own their defaults and checks: ``n_ctx``,
+        ``n_threads``, ``n_gpu_layers`` (target layers to offload, -1: all),
+        ``n_gpu_layers_draft``, ``draft_sampling`` (a draft model samples its tokens from q at
+        temperature > 0, else drafts greedily), ``draft_p_min`` (a draft model stops drafting
+        when its most likely token is below this probability), ``fast_head`` (logits from
+        localspec's Q8_0/Q6_K CPU head where it applies), ``kv_type`` and ``verbose``.
         """
-        options = LoadOptions(
-            target=str(target),
-            draft=str(draft),
-            n_ctx=n_ctx,
-            n_threads=n_threads,
-            n_gpu_layers=n_gpu_layers,
-            n_gpu_layers_draft=n_gpu_layers_draft,
-            draft_sampling=draft_sampling,
-            draft_p_min=draft_p_min,
-            fast_head=fast_head,
-            verbose=verbose,
-        )
-        return cls(options, max_queue=max_queue)
+        spec = draft if isinstance(draft, DrafterSpec) else DrafterSpec.parse(str(draft))
+        return cls(LoadOptions(target=str(target), draft=spec, **options), max_queue=max_queue)
 
     # ---- requests ---------------------------------------------------------------------------
 
@@ -309,7 +294,7 @@ class Engine:
         params = handle.params
         if params.seed is None:
             params = replace(params, seed=random.getrandbits(63))
-        if self.info.drafter == "none":  # also when loading turned the n-gram drafter off
+        if not self.info.drafter_spec.drafts:  # also when loading turned the n-gram drafter off
             params = replace(params, speculative=False)
         try:
             prompt = handle.prompt
@@ -317,7 +302,8 @@ class Engine:
             core_request = params_to_core(params, tokens)
 
             def on_chunk(
-                text: str, ids: list[int], prov: list[int], stats: dict[str, Any], lps: list[Any]
+                text: str, ids: list[int], prov: list[int], stats: _core.GenerationStats,
+                lps: list[Any],
             ) -> bool:
                 chunk = Chunk(
                     text, ids, [_PROVENANCE[p] for p in prov], stats_from_core(stats),

@@ -25,8 +25,9 @@ class PromptTooLongError(LocalspecError):
     """The prompt does not fit into the context."""
 
 
-class InvalidParameterError(LocalspecError):
-    """A generation or load parameter is out of range."""
+class InvalidParameterError(LocalspecError, ValueError):
+    """A generation or load parameter is out of range (a ValueError too, so that pydantic
+    validators and text parsers can raise it as it is)."""
 
 
 class EngineClosedError(LocalspecError):

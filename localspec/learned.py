@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from localspec import _core
-from localspec.loading import LoadOptions, split_drafter
+from localspec.drafter_spec import DrafterSpec
+from localspec.loading import LoadOptions
 
 if TYPE_CHECKING:
     from localspec.engine import Engine
@@ -33,7 +34,7 @@ class LearnedKey:
     """What the saved statistics depend on."""
 
     target: str
-    drafter: str
+    drafter: DrafterSpec | str  # a spec or its spelling
     fast_head: bool
     n_threads: int | None
     n_ctx: int
@@ -103,10 +104,6 @@ def _file_identity(path: str) -> str:
     return f"{os.path.abspath(path)}:{stat.st_size}:{int(stat.st_mtime)}"
 
 
-def _drafter_identity(drafter: str) -> str:
-    """"ngram"/"none" as they are; a draft model or head (with its prefix) by its file's
-    identity."""
-    if drafter in ("ngram", "none"):
-        return drafter
-    prefix, path = split_drafter(drafter)
-    return prefix + _file_identity(path)
+def _drafter_identity(drafter: DrafterSpec | str) -> str:
+    """"ngram"/"none" as they are; a draft model (or "hybrid:PATH") by its file's identity."""
+    return str(DrafterSpec.parse(drafter).with_path(_file_identity))

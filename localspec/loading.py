@@ -3,44 +3,28 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from localspec import _core
+from localspec.drafter_spec import NGRAM, NO_DRAFTER, DrafterSpec
 from localspec.errors import InvalidParameterError, ModelLoadError
 from localspec.gguf_reader import read_gguf
+from localspec.planner import KV_TYPES
 from localspec.types import EngineInfo
 
-DRAFTER_KEYWORDS = ("ngram", "none")
-HYBRID_PREFIX = "hybrid:"  # "hybrid:PATH": n-gram when it matches, else the model at PATH
-EAGLE3_PREFIX = "eagle3:"  # "eagle3:PATH": n-gram when it matches, else the EAGLE-3 head at PATH
 # Architectures of draft heads: they borrow the target's embeddings and cannot run alone.
 HEAD_ARCHITECTURES = ("eagle3",)
 
 
-DRAFTER_PREFIXES = (HYBRID_PREFIX, EAGLE3_PREFIX)
-
-
-def split_drafter(drafter: str) -> tuple[str, str]:
-    """(prefix, GGUF path) of a drafter spec: ("", PATH) for a bare path."""
-    for prefix in DRAFTER_PREFIXES:
-        if drafter.startswith(prefix):
-            return prefix, drafter[len(prefix) :]
-    return "", drafter
-
-
-def draft_model_path(drafter: str) -> str:
-    """The GGUF path inside a drafter spec (a path, "hybrid:PATH" or "eagle3:PATH")."""
-    return split_drafter(drafter)[1]
-
-
-def canonical_drafter(drafter: str) -> str:
-    """The spelling the engine reports: an EAGLE-3 head is "eagle3:PATH" however it was given
+def canonical_drafter(drafter: DrafterSpec) -> DrafterSpec:
+    """The drafter the engine reports: an EAGLE-3 head is "eagle3:PATH" however it was given
     (a bare path or "hybrid:PATH" name the same n-gram + head drafter)."""
-    if drafter in DRAFTER_KEYWORDS:
-        return drafter
-    path = draft_model_path(drafter)
-    return EAGLE3_PREFIX + path if is_head(path) else drafter
+    if drafter.path is not None and is_head(drafter.path):
+        return DrafterSpec("eagle3", drafter.path)
+    return drafter
 
 
 def is_head(path: str) -> bool:
@@ -48,11 +32,17 @@ def is_head(path: str) -> bool:
     return read_gguf(path, read_arrays=False).architecture in HEAD_ARCHITECTURES
 
 
+DEFAULT_N_CTX = 4096
+N_CTX_RANGE = (16, 1 << 22)
+
+
 @dataclass(frozen=True)
 class LoadOptions:
+    """How to load a target and its drafter: the one owner of load defaults and their checks."""
+
     target: str
-    draft: str = "ngram"  # a GGUF path, "ngram" or "none"
-    n_ctx: int = 4096
+    draft: DrafterSpec = NGRAM
+    n_ctx: int = DEFAULT_N_CTX
     n_threads: int | None = None
     n_gpu_layers: int = -1
     n_gpu_layers_draft: int | None = None  # None: same as n_gpu_layers
@@ -61,7 +51,35 @@ class LoadOptions:
     # Logits from localspec's own Q8_0 or Q6_K head on the CPU (csrc/q8_head.h, q6k_head.h)
     # when the model's head allows it; False: always llama.cpp's.
     fast_head: bool = True
+    kv_type: str = "f16"  # the KV cache type of both models (planner.KV_TYPES)
     verbose: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.draft, DrafterSpec):  # a spelling such as "ngram" or a path
+            object.__setattr__(self, "draft", DrafterSpec.parse(self.draft))
+
+    def validate(self) -> None:
+        """Raise InvalidParameterError with one sentence naming the bad value (files are
+        checked when loading)."""
+        for name in _LOAD_RULES:
+            rule = load_rule_violation(name, getattr(self, name))
+            if rule is not None:
+                raise InvalidParameterError(f"{name}={getattr(self, name)!r} is invalid: {rule}.")
+
+
+_LOAD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "n_ctx": (lambda v: isinstance(v, int) and N_CTX_RANGE[0] <= v <= N_CTX_RANGE[1],
+              "use 16 to 4194304 tokens"),
+    "draft_p_min": (lambda v: isinstance(v, (int, float)) and 0.0 <= v < 1.0, "use [0, 1)"),
+    "n_threads": (lambda v: v is None or (isinstance(v, int) and v >= 1), "use 1 or more"),
+    "kv_type": (lambda v: v in KV_TYPES, "use one of " + ", ".join(sorted(KV_TYPES))),
+}
+
+
+def load_rule_violation(name: str, value: object) -> str | None:
+    """The rule ``value`` breaks as LoadOptions' field ``name``, or None when it is valid."""
+    check, rule = _LOAD_RULES[name]
+    return None if check(value) else rule
 
 
 def check_model_path(path: str, role: str) -> None:
@@ -86,9 +104,9 @@ def check_draft_memory(options: LoadOptions) -> None:
     """Refuse a draft model whose memory cannot take back rejected draft tokens (a recurrent or
     hybrid model) before anything loads. A draft of the target's own architecture is judged
     with the target after the load (``speculation_drafter``), so only others are probed."""
-    if options.draft in DRAFTER_KEYWORDS:
+    draft = options.draft.path
+    if draft is None:
         return
-    draft = draft_model_path(options.draft)
     if is_head(draft):
         return
     if read_gguf(draft, read_arrays=False).architecture == read_gguf(
@@ -103,7 +121,7 @@ def check_draft_memory(options: LoadOptions) -> None:
         )
 
 
-def speculation_drafter(core: _core.Core, options: LoadOptions) -> tuple[str, str]:
+def speculation_drafter(core: _core.Core, options: LoadOptions) -> tuple[DrafterSpec, str]:
     """(the drafter in effect, a notice for the user) once the target's memory is known.
 
     Speculation rolls rejected draft tokens back out of the target's cache; a recurrent or
@@ -111,31 +129,24 @@ def speculation_drafter(core: _core.Core, options: LoadOptions) -> tuple[str, st
     n-gram drafter, the default, is then switched off (the engine decodes plainly) with a
     notice; a draft model the user asked for is refused."""
     memory = core.memory_kind()
-    if memory == "attention" or options.draft == "none":
+    if memory == "attention" or options.draft == NO_DRAFTER:
         return options.draft, ""
     what = (
         f"'{options.target}' is a {memory} model, whose memory cannot take back rejected "
         "draft tokens"
     )
-    if options.draft == "ngram":
-        return "none", f"speculation is off: {what}; decoding plainly."
+    if options.draft == NGRAM:
+        return NO_DRAFTER, f"speculation is off: {what}; decoding plainly."
     raise ModelLoadError(f"The target {what}, so it cannot verify a draft model; use --draft none.")
 
 
 def _check_options(options: LoadOptions) -> None:
-    if not isinstance(options.n_ctx, int) or not 16 <= options.n_ctx <= 1 << 22:
-        raise InvalidParameterError(
-            f"n_ctx={options.n_ctx!r} is invalid: use 16 to 4194304 tokens."
-        )
-    if not 0.0 <= options.draft_p_min < 1.0:
-        raise InvalidParameterError(f"draft_p_min={options.draft_p_min!r} is invalid: use [0, 1).")
-    if options.n_threads is not None and options.n_threads < 1:
-        raise InvalidParameterError(f"n_threads={options.n_threads!r} is invalid: use 1 or more.")
+    options.validate()
     check_model_path(options.target, "target")
-    if options.draft not in DRAFTER_KEYWORDS:
-        draft = draft_model_path(options.draft)
+    draft = options.draft.path
+    if draft is not None:
         check_model_path(draft, "draft")
-        if options.draft.startswith(EAGLE3_PREFIX) and not is_head(draft):
+        if options.draft.kind == "eagle3" and not is_head(draft):
             raise ModelLoadError(
                 f"'{draft}' is not an EAGLE-3 head; give an eagle3 GGUF after 'eagle3:', or the "
                 "path alone for a draft model."
@@ -148,7 +159,7 @@ def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:
     check_draft_memory(options)
     core_options = _core.EngineOptions()
     core_options.target_path = options.target
-    core_options.drafter = options.draft
+    core_options.drafter = str(options.draft)
     core_options.n_ctx = options.n_ctx
     core_options.n_threads = options.n_threads or 0
     core_options.n_gpu_layers_target = options.n_gpu_layers
@@ -158,6 +169,7 @@ def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:
     core_options.draft_sampling = options.draft_sampling
     core_options.draft_p_min = options.draft_p_min
     core_options.fast_head = options.fast_head
+    core_options.kv_type = options.kv_type
     core_options.verbose = options.verbose
     core = _core.Core(core_options)
     try:
@@ -174,7 +186,7 @@ def _engine_info(core: _core.Core, options: LoadOptions, notice: str) -> EngineI
     bos, eos = core.bos(), core.eos()
     return EngineInfo(
         target_path=options.target,
-        drafter=options.draft,
+        drafter=str(options.draft),
         n_ctx=core.n_ctx(),
         n_vocab=core.n_vocab(),
         target_name=name,

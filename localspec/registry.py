@@ -18,8 +18,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from localspec.drafter_spec import NGRAM, DrafterSpec
 from localspec.errors import LocalspecError, ModelLoadError
+from localspec.loading import DEFAULT_N_CTX
 from localspec.model_kind import ModelKind
+from localspec.registry_tables import (
+    MODEL_KINDS as MODEL_KINDS,
+)
+from localspec.registry_tables import (
+    HeadTable,
+    ModelTable,
+    PairTable,
+    read_table,
+    table_error,
+)
 from localspec.sources import (
     EMBEDDED_MODEL,
     Source,
@@ -29,7 +41,7 @@ from localspec.sources import (
     looks_like_source,
     parse_source,
 )
-from localspec.types import DraftMax
+from localspec.types import DraftMax, GenerationParams
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -37,15 +49,6 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 PACKAGE_MODELS_FILE = Path(__file__).parent / "data" / "models.toml"
-SPECIAL_DRAFTERS = ("ngram", "none")
-DRAFTER_PREFIXES = ("hybrid:", "eagle3:")  # as localspec.loading.DRAFTER_PREFIXES
-_MODEL_KEYS = {"source": str, "revision": str, "kind": str, "instruct": str, "description": str}
-MODEL_KINDS = ("base", "instruct")
-# [heads.NAME]: a hidden-state draft head published as a checkpoint (hf:ORG/REPO, safetensors;
-# `localspec convert-head` makes its GGUF) for a target model. Listed, not yet drafted with.
-_HEAD_KEYS = {"checkpoint": str, "target": str, "layout": str, "description": str}
-_PAIR_KEYS = {"target": str, "drafter": str, "draft_max": (int, str), "n_ctx": int,
-              "temperature": (int, float), "chat_template": str, "stop": list, "description": str}
 
 
 def config_dir() -> Path:
@@ -75,10 +78,10 @@ class ModelEntry:
 class PairEntry:
     name: str
     target: str
-    drafter: str = "ngram"
-    draft_max: DraftMax = "auto"
-    n_ctx: int = 4096
-    temperature: float = 0.8
+    drafter: DrafterSpec = NGRAM  # its model path as written (a name or a source)
+    draft_max: DraftMax = GenerationParams.draft_max
+    n_ctx: int = DEFAULT_N_CTX
+    temperature: float = GenerationParams.temperature
     chat_template: str | None = None
     stop: tuple[str, ...] = ()  # strings that end a chat reply (for chat_template)
     description: str = ""
@@ -91,7 +94,7 @@ class ResolvedPair:
 
     name: str
     target: Path
-    drafter: str  # "ngram", "none" or the draft GGUF's path
+    drafter: DrafterSpec  # its model path is a local GGUF file
     draft_max: DraftMax
     n_ctx: int
     temperature: float
@@ -100,59 +103,24 @@ class ResolvedPair:
 
 
 def _bad(origin: str, section: str, what: str) -> LocalspecError:
-    return LocalspecError(f"{origin}: [{section}] {what}.")
-
-
-def _check_keys(table: Any, allowed: dict[str, Any], origin: str, section: str) -> None:
-    if not isinstance(table, dict):
-        raise _bad(origin, section, "must be a table of keys: write it as a [section] header")
-    for key, value in table.items():
-        if key not in allowed:
-            hint = " (quote names that contain dots)" if isinstance(value, dict) else ""
-            raise _bad(origin, section, f"has unknown key {key!r}{hint}: allowed keys are "
-                       + ", ".join(sorted(allowed)))
-        if not isinstance(value, allowed[key]) or isinstance(value, bool):
-            raise _bad(origin, section, f"{key} = {value!r} has the wrong type")
+    return table_error(origin, section, what)
 
 
 def _parse_model(name: str, table: Any, origin: Path) -> ModelEntry:
     section = f"models.{name}"
-    _check_keys(table, _MODEL_KEYS, str(origin), section)
-    if "source" not in table:
-        raise _bad(str(origin), section, "needs a source: a path, hf:ORG/REPO/FILE.gguf or "
-                   f"embedded:{EMBEDDED_MODEL}")
+    entry: ModelTable = read_table(ModelTable, table, str(origin), section, EMBEDDED_MODEL)
     try:
-        source = parse_source(table["source"], origin.parent, table.get("revision"))
+        source = parse_source(entry.source, origin.parent, entry.revision)
     except LocalspecError as error:
         raise _bad(str(origin), section, str(error).rstrip(".")) from None
-    kind = table.get("kind", "")
-    if kind and kind not in MODEL_KINDS:
-        raise _bad(str(origin), section, f"kind = {kind!r} is invalid: use \"base\" or "
-                   "\"instruct\"")
-    return ModelEntry(name, source, table.get("description", ""), str(origin), kind,
-                      table.get("instruct", ""))
+    return ModelEntry(name, source, entry.description, str(origin), entry.kind, entry.instruct)
 
 
 def _parse_pair(name: str, table: Any, origin: Path) -> PairEntry:
-    section, where = f"pairs.{name}", str(origin)
-    _check_keys(table, _PAIR_KEYS, where, section)
-    if "target" not in table:
-        raise _bad(where, section, "needs a target: a model name or source")
-    draft_max = table.get("draft_max", "auto")
-    if draft_max != "auto" and not (isinstance(draft_max, int) and 0 <= draft_max <= 64):
-        raise _bad(where, section, f"draft_max = {draft_max!r} is invalid: use \"auto\" or an "
-                   "integer in [0, 64]")
-    if table.get("n_ctx", 4096) < 16:
-        raise _bad(where, section, f"n_ctx = {table['n_ctx']} is invalid: use at least 16")
-    if not 0 <= table.get("temperature", 0.8) <= 100:
-        raise _bad(where, section, f"temperature = {table['temperature']} is invalid: use a "
-                   "value in [0, 100]")
-    stop = table.get("stop", [])
-    if not all(isinstance(x, str) and x for x in stop):
-        raise _bad(where, section, "stop must be a list of non-empty strings")
-    fields = {k: v for k, v in table.items() if k not in ("temperature", "stop")}
-    return PairEntry(name, temperature=float(table.get("temperature", 0.8)), origin=where,
-                     stop=tuple(stop), **fields)
+    entry: PairTable = read_table(PairTable, table, str(origin), f"pairs.{name}")
+    return PairEntry(name, entry.target, DrafterSpec.parse(entry.drafter), entry.typed_draft_max,
+                     entry.n_ctx, float(entry.temperature), entry.chat_template,
+                     tuple(entry.stop), entry.description, str(origin))
 
 
 def _read_file(path: Path) -> dict[str, Any]:
@@ -168,9 +136,7 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise LocalspecError(f"{path}: unknown top-level key {sorted(unknown)[0]!r}: allowed are "
                              "[models.NAME], [pairs.NAME], [heads.NAME] and default_pair.")
     for name, table in data.get("heads", {}).items():
-        _check_keys(table, _HEAD_KEYS, str(path), f"heads.{name}")
-        if "checkpoint" not in table or "target" not in table:
-            raise _bad(str(path), f"heads.{name}", "needs a checkpoint (hf:ORG/REPO) and a target")
+        read_table(HeadTable, table, str(path), f"heads.{name}")
     return data
 
 
@@ -201,8 +167,8 @@ class Registry:
     def _check_references(self) -> None:
         """Every pair must name known models (or sources); the default pair must exist."""
         for pair in self.pairs.values():
-            for role, spec in (("target", pair.target), ("drafter", pair.drafter)):
-                if role == "drafter" and spec.lower() in SPECIAL_DRAFTERS:
+            for role, spec in (("target", pair.target), ("drafter", pair.drafter.path)):
+                if spec is None:
                     continue
                 if spec not in self.models and not looks_like_source(spec):
                     raise _bad(pair.origin, f"pairs.{pair.name}", f"{role} = {spec!r} is neither "
@@ -247,26 +213,11 @@ class Registry:
             return embedded_package() is not None
         return hub_cached_path(source) is not None
 
-    def resolve_drafter(self, spec: str | None, *, download: bool = True) -> str:
-        """``"ngram"``, ``"none"``, the local path of a draft model, ``"hybrid:PATH"`` (n-gram
-        when the context has a match, else that draft model) or ``"eagle3:PATH"`` (the same
-        with an EAGLE-3 head)."""
-        if spec is None or spec.lower() in SPECIAL_DRAFTERS:
-            return (spec or "ngram").lower()
-        for prefix in DRAFTER_PREFIXES:
-            if spec.startswith(prefix):
-                return prefix + str(self.resolve_model(spec[len(prefix) :], download=download))
-        return str(self.resolve_model(spec, download=download))
-
-    @staticmethod
-    def drafter_file(resolved: str) -> str | None:
-        """The GGUF a resolved drafter spec loads (a draft model or a head), None for a keyword."""
-        if resolved in SPECIAL_DRAFTERS:
-            return None
-        for prefix in DRAFTER_PREFIXES:
-            if resolved.startswith(prefix):
-                return resolved[len(prefix) :]
-        return resolved
+    def resolve_drafter(self, spec: str | DrafterSpec | None, *,
+                        download: bool = True) -> DrafterSpec:
+        """The drafter with its model (a name or source) as a local GGUF path; None: n-gram."""
+        drafter = NGRAM if spec is None else DrafterSpec.parse(spec)
+        return drafter.with_path(lambda model: str(self.resolve_model(model, download=download)))
 
     def pair(self, name: str | None = None) -> PairEntry:
         name = name or self.default_pair
@@ -300,7 +251,7 @@ def resolve_model(spec: str, *, download: bool = True) -> Path:
     return load_registry().resolve_model(spec, download=download)
 
 
-def resolve_drafter(spec: str | None, *, download: bool = True) -> str:
+def resolve_drafter(spec: str | DrafterSpec | None, *, download: bool = True) -> DrafterSpec:
     return load_registry().resolve_drafter(spec, download=download)
 
 

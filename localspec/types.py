@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Union
 
+from localspec.drafter_spec import DrafterSpec
+
 Provenance = Literal["draft", "target"]
 FinishReason = Literal["stop", "length", "cancelled"]
 DraftMax = Union[int, Literal["auto"]]  # noqa: UP007 - a runtime alias on Python 3.10
@@ -49,46 +51,85 @@ class GenerationParams:
 
     def validate(self) -> None:
         """Raise InvalidParameterError with one sentence naming the bad value."""
-        from localspec.errors import InvalidParameterError
+        for name in _GENERATION_RULES:
+            value = getattr(self, name)
+            rule = generation_rule_violation(name, value)
+            if rule is not None:
+                raise _invalid(name, value, rule)
 
-        def bad(name: str, value: object, rule: str) -> InvalidParameterError:
-            return InvalidParameterError(f"{name}={value!r} is invalid: {rule}.")
 
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise bad("max_tokens", self.max_tokens, "it must be an integer >= 1")
-        if not 0.0 <= self.temperature <= 100.0:
-            raise bad("temperature", self.temperature, "it must be between 0 and 100")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
-            raise bad("top_k", self.top_k, "it must be an integer >= 0 (0 disables it)")
-        if not 0.0 < self.top_p <= 1.0:
-            raise bad("top_p", self.top_p, "it must be in (0, 1]")
-        if not 0.0 <= self.min_p <= 1.0:
-            raise bad("min_p", self.min_p, "it must be in [0, 1]")
-        if self.seed is not None and not 0 <= self.seed < 2**64:
-            raise bad("seed", self.seed, "it must be an integer in [0, 2^64)")
-        if self.draft_max != "auto" and (
-            not isinstance(self.draft_max, int) or not 0 <= self.draft_max <= 64
-        ):
-            raise bad("draft_max", self.draft_max, "it must be 'auto' or an integer in [0, 64]")
-        if any(not isinstance(s, str) or s == "" for s in self.stop):
-            raise bad("stop", self.stop, "stop strings must be non-empty strings")
-        self._validate_shaping(bad)
+def _invalid(name: str, value: object, rule: str) -> Exception:
+    from localspec.errors import InvalidParameterError
 
-    def _validate_shaping(self, bad: Callable[[str, object, str], Exception]) -> None:
-        if not 0.0 < self.repeat_penalty <= 10.0:
-            raise bad("repeat_penalty", self.repeat_penalty, "it must be in (0, 10] (1: off)")
-        for name in ("frequency_penalty", "presence_penalty"):
-            if not -2.0 <= getattr(self, name) <= 2.0:
-                raise bad(name, getattr(self, name), "it must be between -2 and 2 (0 disables it)")
-        if not isinstance(self.penalty_last_n, int) or self.penalty_last_n < -1:
-            raise bad(
-                "penalty_last_n", self.penalty_last_n,
-                "it must be an integer >= -1 (-1: the whole context, 0: off)",
-            )
-        if self.grammar is not None and not self.grammar.strip():
-            raise bad("grammar", self.grammar, "it must be a non-empty GBNF grammar or None")
-        if not isinstance(self.top_logprobs, int) or not 0 <= self.top_logprobs <= 20:
-            raise bad("top_logprobs", self.top_logprobs, "it must be an integer in [0, 20]")
+    return InvalidParameterError(f"{name}={value!r} is invalid: {rule}.")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_draft_max(value: object) -> bool:
+    return value == "auto" or (_is_int(value) and 0 <= value <= DRAFT_MAX_LIMIT)  # type: ignore[operator]
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+DRAFT_MAX_LIMIT = 64  # the longest fixed draft a request may ask for
+# GenerationParams' rules, the only place they are written: field -> (check, rule when it fails).
+_GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "max_tokens": (lambda v: _is_int(v) and v >= 1, "it must be an integer >= 1"),
+    "temperature": (lambda v: _is_number(v) and 0.0 <= v <= 100.0,
+                    "it must be between 0 and 100"),
+    "top_k": (lambda v: _is_int(v) and v >= 0, "it must be an integer >= 0 (0 disables it)"),
+    "top_p": (lambda v: _is_number(v) and 0.0 < v <= 1.0, "it must be in (0, 1]"),
+    "min_p": (lambda v: _is_number(v) and 0.0 <= v <= 1.0, "it must be in [0, 1]"),
+    "seed": (lambda v: v is None or (_is_int(v) and 0 <= v < 2**64),
+             "it must be an integer in [0, 2^64)"),
+    "draft_max": (_is_draft_max,
+                  f"it must be 'auto' or an integer between 0 and {DRAFT_MAX_LIMIT}"),
+    "stop": (lambda v: all(isinstance(s, str) and s != "" for s in v),
+             "stop strings must be non-empty strings"),
+    "repeat_penalty": (lambda v: _is_number(v) and 0.0 < v <= 10.0,
+                       "it must be in (0, 10] (1: off)"),
+    "frequency_penalty": (lambda v: _is_number(v) and -2.0 <= v <= 2.0,
+                          "it must be between -2 and 2 (0 disables it)"),
+    "presence_penalty": (lambda v: _is_number(v) and -2.0 <= v <= 2.0,
+                         "it must be between -2 and 2 (0 disables it)"),
+    "penalty_last_n": (lambda v: _is_int(v) and v >= -1,
+                       "it must be an integer >= -1 (-1: the whole context, 0: off)"),
+    "grammar": (lambda v: v is None or (isinstance(v, str) and v.strip() != ""),
+                "it must be a non-empty GBNF grammar or None"),
+    "top_logprobs": (lambda v: _is_int(v) and 0 <= v <= 20, "it must be an integer in [0, 20]"),
+}
+
+
+def generation_rule_violation(name: str, value: object) -> str | None:
+    """The rule ``value`` breaks as GenerationParams' field ``name``, or None when it is valid
+    (models.toml and the chat settings check single fields with it)."""
+    check, rule = _GENERATION_RULES[name]
+    return None if check(value) else rule
+
+
+def parse_draft_max(text: str) -> DraftMax:
+    """``"auto"`` or an integer in [0, 64], from text (command line, chat commands); raises
+    InvalidParameterError with one sentence."""
+    from localspec.errors import InvalidParameterError
+
+    text = text.strip().lower()
+    if text == "auto":
+        return "auto"
+    try:
+        value: DraftMax = int(text)
+    except ValueError:
+        raise InvalidParameterError(
+            f"The draft length must be 'auto' or an integer, not {text!r}."
+        ) from None
+    rule = generation_rule_violation("draft_max", value)
+    if rule is not None:
+        raise InvalidParameterError(f"The draft length {value} is invalid: {rule}.")
+    return value
 
 
 @dataclass
@@ -187,7 +228,7 @@ class EngineInfo:
     """What an engine has loaded."""
 
     target_path: str
-    drafter: str  # "ngram", "none" or the draft GGUF's path
+    drafter: str  # the drafter in effect, spelt as DrafterSpec.parse reads it
     n_ctx: int
     n_vocab: int
     target_name: str
@@ -205,3 +246,7 @@ class EngineInfo:
     # Something the user should know about what was loaded ("" when nothing), e.g. why
     # speculation is off.
     notice: str = ""
+
+    @property
+    def drafter_spec(self) -> DrafterSpec:
+        return DrafterSpec.parse(self.drafter)

@@ -28,7 +28,7 @@ def draw_drafts(rng: np.random.Generator) -> list[int]:
 
 def speculative_rule(drafts: list[int], seed: int) -> list[int]:
     """Tokens one step emits under the implemented rule."""
-    out = _core.accept_sampled(drafts, [P0, P1, P2], [Q0, Q1], seed)
+    out = _core.testing.accept_sampled(drafts, [P0, P1, P2], [Q0, Q1], seed)
     return drafts[: out["n_accepted"]] + [out["token"]]
 
 
@@ -62,28 +62,28 @@ def first_and_second(rule, trials: int = N_TRIALS) -> tuple[list[int], list[int]
 
 
 def test_greedy_accepts_matching_prefix_then_corrects() -> None:
-    out = _core.accept_greedy([5, 7, 9], [5, 7, 2, 4])
+    out = _core.testing.accept_greedy([5, 7, 9], [5, 7, 2, 4])
     assert out == {"n_accepted": 2, "token": 2, "bonus": False}
 
 
 def test_greedy_all_accepted_gives_bonus() -> None:
-    out = _core.accept_greedy([5, 7], [5, 7, 11])
+    out = _core.testing.accept_greedy([5, 7], [5, 7, 11])
     assert out == {"n_accepted": 2, "token": 11, "bonus": True}
 
 
 def test_greedy_first_mismatch_is_correction() -> None:
-    assert _core.accept_greedy([1], [3, 8]) == {"n_accepted": 0, "token": 3, "bonus": False}
+    assert _core.testing.accept_greedy([1], [3, 8]) == {"n_accepted": 0, "token": 3, "bonus": False}
 
 
 def test_sampled_point_mass_draft_that_p_rules_out_is_always_rejected() -> None:
     for seed in range(200):
-        out = _core.accept_sampled([5], [P0, P1], [], seed)  # p(5) == 0
+        out = _core.testing.accept_sampled([5], [P0, P1], [], seed)  # p(5) == 0
         assert out["n_accepted"] == 0 and out["token"] != 5
 
 
 def test_sampled_identical_p_and_q_accept_everything() -> None:
     for seed in range(200):
-        out = _core.accept_sampled([0, 2], [P0, P1, P2], [P0, P1], seed)
+        out = _core.testing.accept_sampled([0, 2], [P0, P1, P2], [P0, P1], seed)
         assert out["n_accepted"] == 2 and out["bonus"]
 
 
@@ -97,7 +97,7 @@ def test_deterministic_draft_matches_target_distribution() -> None:
     """q is a point mass (n-gram drafter): accept d with p(d), else sample p without d."""
     samples = []
     for seed in range(N_TRIALS):
-        out = _core.accept_sampled([1], [P0, P1], [], seed)
+        out = _core.testing.accept_sampled([1], [P0, P1], [], seed)
         samples.append(1 if out["n_accepted"] else out["token"])
     assert chi_square_pvalue(samples, as_probs(P0)) > P_VALUE_FLOOR
 
@@ -109,30 +109,30 @@ def test_the_same_test_rejects_broken_rules(broken_rule) -> None:
 
 
 def test_same_seed_same_decision() -> None:
-    a = [_core.accept_sampled([1, 3], [P0, P1, P2], [Q0, Q1], s) for s in range(50)]
-    b = [_core.accept_sampled([1, 3], [P0, P1, P2], [Q0, Q1], s) for s in range(50)]
+    a = [_core.testing.accept_sampled([1, 3], [P0, P1, P2], [Q0, Q1], s) for s in range(50)]
+    b = [_core.testing.accept_sampled([1, 3], [P0, P1, P2], [Q0, Q1], s) for s in range(50)]
     assert a == b
 
 
 def test_warp_top_k_top_p_min_p() -> None:
     logits = np.log(np.array([0.5, 0.2, 0.15, 0.1, 0.05], dtype=np.float32))
-    ids, probs = _core.warp(
+    ids, probs = _core.testing.warp(
         logits, _core.SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
     )
     assert ids == [0, 1, 2, 3, 4] and probs == pytest.approx([0.5, 0.2, 0.15, 0.1, 0.05], rel=1e-5)
-    ids, _ = _core.warp(
+    ids, _ = _core.testing.warp(
         logits, _core.SamplingParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
     )
     assert ids == [0, 1, 2]
-    ids, _ = _core.warp(
+    ids, _ = _core.testing.warp(
         logits, _core.SamplingParams(temperature=1.0, top_k=0, top_p=0.8, min_p=0.0)
     )
     assert ids == [0, 1, 2]  # 0.5 + 0.2 < 0.8 <= 0.85
-    ids, _ = _core.warp(
+    ids, _ = _core.testing.warp(
         logits, _core.SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.25)
     )
     assert ids == [0, 1, 2]  # >= 0.25 * 0.5
-    _, probs = _core.warp(
+    _, probs = _core.testing.warp(
         logits, _core.SamplingParams(temperature=0.5, top_k=2, top_p=1.0, min_p=0.0)
     )
     assert probs == pytest.approx([0.25 / 0.29, 0.04 / 0.29], rel=1e-4)  # squared, renormalised
@@ -144,10 +144,10 @@ def test_coupled_rule_emits_what_plain_sampling_would() -> None:
     rng = np.random.default_rng(7)
     for _ in range(500):
         u = list(rng.random(3))
-        plain_first = _core.accept_coupled([], [P0], u[:1])["token"]
+        plain_first = _core.testing.accept_coupled([], [P0], u[:1])["token"]
         for drafts in ([0], [1, 2], [4, 4]):
             rows = len(drafts) + 1
-            out = _core.accept_coupled(drafts, [P0, P1, P2][:rows], u[:rows])
+            out = _core.testing.accept_coupled(drafts, [P0, P1, P2][:rows], u[:rows])
             first = drafts[0] if out["n_accepted"] else out["token"]
             assert first == plain_first
 
@@ -156,7 +156,7 @@ def test_coupled_rule_accepts_with_p_and_matches_the_target_distribution() -> No
     rng = np.random.default_rng(11)
     first, accepted = [], 0
     for _ in range(N_TRIALS):
-        out = _core.accept_coupled([1], [P0, P1], list(rng.random(2)))
+        out = _core.testing.accept_coupled([1], [P0, P1], list(rng.random(2)))
         accepted += out["n_accepted"]
         first.append(1 if out["n_accepted"] else out["token"])
     assert chi_square_pvalue(first, as_probs(P0)) > P_VALUE_FLOOR
@@ -172,7 +172,7 @@ def test_warp_top_k_keeps_exactly_the_k_best(n: int) -> None:
         logits = rng.integers(-6, 6, size=n).astype(np.float32)  # many ties
         order = np.lexsort((np.arange(n), -logits))
         for top_k in {1, 3, 40, max(n - 1, 1), n, n + 5}:
-            ids, _ = _core.warp(
+            ids, _ = _core.testing.warp(
                 logits, _core.SamplingParams(temperature=1.0, top_k=top_k, top_p=1.0, min_p=0.0)
             )
             assert ids == [int(i) for i in order[: min(top_k, n)]]

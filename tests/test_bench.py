@@ -4,8 +4,6 @@ command end to end on tiny models (structure and correctness only, never a wall-
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from localspec.bench.theory import (
 from localspec.lossless import Divergence
 from localspec.prompts import Prompt
 from localspec.types import GenerationStats
+from tests.helpers import run_bench as bench
 
 # ---- hand-made statistics --------------------------------------------------------------
 
@@ -211,11 +210,6 @@ def test_summarize_baseline_ratios() -> None:
 
 
 # ---- the command, end to end -----------------------------------------------------------
-
-
-def bench(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "localspec.cli", "bench", "--threads", "1", *args],
-                          capture_output=True, text=True, timeout=300, env=env)
 
 
 ROW_FIELDS = {"label", "n_runs", "plain_tps", "speculative_tps", "speedup", "speedup_spread",

@@ -8,8 +8,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,11 +17,7 @@ from localspec.bench.report import summarize
 from localspec.bench.runner import PromptRun
 from localspec.prompts import Prompt
 from localspec.types import GenerationStats
-
-
-def bench(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "localspec.cli", "bench", "--threads", "1", *args],
-                          capture_output=True, text=True, timeout=300, env=env)
+from tests.helpers import run_bench as bench
 
 
 def no_matplotlib_env(tmp_path: Path) -> dict[str, str]:

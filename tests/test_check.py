@@ -5,16 +5,11 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 from localspec import _core
 from localspec.prompts import BUILTIN_CATEGORIES
-
-
-def localspec(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "localspec.cli", *args],
-                          capture_output=True, text=True, timeout=300)
+from tests.helpers import run_localspec as localspec
 
 
 def check(target: Path, draft: Path | str, *extra: str) -> subprocess.CompletedProcess[str]:

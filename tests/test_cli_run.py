@@ -9,15 +9,7 @@ from pathlib import Path
 
 import pytest
 
-
-def localspec(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "localspec.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+from tests.helpers import run_localspec as localspec
 
 
 def run_json(*args: str, stdin: str | None = None) -> dict:

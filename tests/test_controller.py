@@ -9,7 +9,7 @@ from localspec import _core
 
 
 def simulate(
-    controller: _core.DraftController,
+    controller: _core.testing.DraftController,
     accept: float,
     draft_cost: float,
     verify,
@@ -35,10 +35,10 @@ def simulate(
     return chosen
 
 
-def calibrated(k_max: int, verify) -> _core.DraftController:
+def calibrated(k_max: int, verify) -> _core.testing.DraftController:
     """A controller that knows every pass size's cost, as the engine's start-up timing gives it
     (SpecEngine::calibrate); acceptance it still has to learn."""
-    controller = _core.DraftController(k_max)
+    controller = _core.testing.DraftController(k_max)
     for rows in range(1, k_max + 2):
         controller.seed_verify_seconds(rows, verify(rows))
     return controller
@@ -62,7 +62,7 @@ def gpu_like(rows: int) -> float:
 
 
 def test_starts_with_a_plain_pass_to_measure_the_baseline() -> None:
-    assert _core.DraftController(8).choose() == 0
+    assert _core.testing.DraftController(8).choose() == 0
 
 
 @pytest.mark.parametrize("verify", [cpu_like, gpu_like])
@@ -78,7 +78,7 @@ def test_converges_to_the_best_draft_length(verify, accept: float) -> None:
 
 def test_chooses_plain_decoding_when_drafts_are_rarely_right() -> None:
     """A cheap drafter that is rarely right: k goes to 0, with occasional probes."""
-    controller = _core.DraftController(8)
+    controller = _core.testing.DraftController(8)
     chosen = simulate(controller, accept=0.05, draft_cost=0.0005, verify=cpu_like, steps=300)
     settled = chosen[-160:]
     assert settled.count(0) / len(settled) > 0.85
@@ -88,27 +88,27 @@ def test_chooses_plain_decoding_when_drafts_are_rarely_right() -> None:
 def test_stops_drafting_when_even_perfect_drafts_cannot_pay() -> None:
     """A draft model costing most of a target pass (an F16 target with its own Q4 copy on a
     CPU): even acceptance 1 loses, so after learning the costs it never drafts again."""
-    controller = _core.DraftController(8)
+    controller = _core.testing.DraftController(8)
     chosen = simulate(controller, accept=0.95, draft_cost=0.012, verify=cpu_like, steps=600)
     assert chosen[-200:].count(0) == 200
 
 
 def test_notices_when_acceptance_improves() -> None:
-    controller = _core.DraftController(8)
+    controller = _core.testing.DraftController(8)
     simulate(controller, accept=0.1, draft_cost=0.0005, verify=cpu_like, steps=200)
     later = simulate(controller, accept=0.97, draft_cost=0.0005, verify=cpu_like, steps=300, seed=1)
     assert np.median(later[-100:]) >= 3
 
 
 def test_acceptance_estimate_and_costs_are_learned() -> None:
-    controller = _core.DraftController(8)
+    controller = _core.testing.DraftController(8)
     simulate(controller, accept=0.7, draft_cost=0.001, verify=gpu_like, steps=500)
     assert controller.acceptance() == pytest.approx(0.7, abs=0.12)
     assert controller.verify_seconds(1) == pytest.approx(gpu_like(1), rel=0.05)
 
 
 def test_never_drafts_without_a_drafter() -> None:
-    controller = _core.DraftController(0)
+    controller = _core.testing.DraftController(0)
     assert set(simulate(controller, 0.9, 0.0, gpu_like, 50)) == {0}
 
 
@@ -128,7 +128,7 @@ def test_finds_cheap_batch_sizes_in_a_non_linear_cost_curve() -> None:
 
 
 def test_limit_bounds_the_choice() -> None:
-    controller = _core.DraftController(15)
+    controller = _core.testing.DraftController(15)
     simulate(controller, accept=0.95, draft_cost=0.0, verify=gpu_like, steps=200)
     assert controller.choose(0, 3) <= 3
 
@@ -136,7 +136,7 @@ def test_limit_bounds_the_choice() -> None:
 def test_probes_get_rarer_while_plain_decoding_keeps_winning() -> None:
     """A drafter that is almost never right: probes are paid from the request's 2% budget and
     the evidence against it grows, so they stay rare."""
-    controller = _core.DraftController(8)
+    controller = _core.testing.DraftController(8)
     chosen = simulate(controller, accept=0.02, draft_cost=0.0005, verify=cpu_like, steps=1000)
     probes = [i for i, k in enumerate(chosen) if k > 0]
     assert len(probes) < 30  # a fixed interval of 8 would give more than 100
@@ -147,7 +147,7 @@ def test_probes_get_rarer_while_plain_decoding_keeps_winning() -> None:
 def test_each_kind_of_draft_has_its_own_cost() -> None:
     """The hybrid drafter: free n-gram drafts (kind = match length) and an expensive draft
     model (kind 0) under one controller. The model's cost must not stop the free drafts."""
-    controller = _core.DraftController(8)
+    controller = _core.testing.DraftController(8)
     rng = np.random.default_rng(5)
     lookups = []
     for step in range(600):

@@ -24,15 +24,16 @@ def gpu_like(rows: int) -> float:
     return 0.010 * (1 + 0.03 * (rows - 1))
 
 
-def calibrated(k_max: int, verify: Callable[[int], float]) -> _core.DraftController:
+def calibrated(k_max: int, verify: Callable[[int], float]) -> _core.testing.DraftController:
     """A controller whose pass costs were measured at start-up, as the engine does."""
-    controller = _core.DraftController(k_max)
+    controller = _core.testing.DraftController(k_max)
     for rows in range(1, k_max + 2):
         controller.seed_verify_seconds(rows, verify(rows))
     return controller
 
 
-def request(controller: _core.DraftController, n_tokens: int, accept: Callable[[int], float],
+def request(controller: _core.testing.DraftController, n_tokens: int,
+            accept: Callable[[int], float],
             verify: Callable[[int], float], rng: np.random.Generator, *, kind: int = 3,
             lookup: int = 15) -> tuple[float, float, list[int]]:
     """One request of n_tokens: (its generation seconds, plain decoding's, the k chosen).
@@ -113,17 +114,17 @@ def test_memory_carries_over_to_the_next_request() -> None:
         request(controller, 128, lambda _s: 0.9, gemma_cpu, rng)
     controller.begin_request()
     assert controller.choose(3, 15) > 0
-    fresh = _core.DraftController(15)
+    fresh = _core.testing.DraftController(15)
     fresh.restore(controller.memory)
     assert fresh.choose(3, 15) > 0
-    assert _core.DraftController(15).choose(3, 15) == 0  # without memory: measure first
+    assert _core.testing.DraftController(15).choose(3, 15) == 0  # without memory: measure first
 
 
 def test_memory_of_another_shape_is_ignored() -> None:
     small = calibrated(4, gemma_cpu)
     rng = np.random.default_rng(4)
     request(small, 64, lambda _s: 0.9, gemma_cpu, rng)
-    big = _core.DraftController(15)
+    big = _core.testing.DraftController(15)
     big.restore(small.memory)  # other k_max: nothing restored, nothing crashes
     assert big.memory.verify == [0.0] * 17
     assert big.memory.trials == [[0.0] * 15] * 8

@@ -21,15 +21,11 @@ import pytest
 
 from localspec.gguf_reader import read_gguf
 from localspec.head_convert import convert_head, read_safetensors
+from tests.helpers import run_localspec as localspec
 from tests.hf_checkpoints import Eagle3Spec, HFTarget, write_eagle3_checkpoint, write_hf_target
 from tests.test_eagle3_heads import libllama_loads
 
 TINY_TARGET = HFTarget(n_embd=64, n_layer=4)  # the shape of conftest's tiny target
-
-
-def localspec(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "localspec.cli", *args],
-                          capture_output=True, text=True, timeout=120)
 
 
 def checkpoint_for(directory: Path, target: Path, spec: Eagle3Spec) -> Path:

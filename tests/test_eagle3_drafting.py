@@ -35,10 +35,14 @@ def heads(model_dir: Path, tiny_model_path: Path) -> dict[str, Path]:
         "d2t": write_eagle3_head(model_dir / "e3-d2t.gguf", tiny_model_path,
                                  HeadSpec(draft_vocab=128, seed=3)),
         # The whole vocabulary and a flatter output: more of its drafts are accepted.
-        "full": write_eagle3_head(model_dir / "e3-full.gguf", tiny_model_path,
-                                  HeadSpec(draft_vocab=0, scale=0.3, seed=4)),
-        "flat-d2t": write_eagle3_head(model_dir / "e3-flat-d2t.gguf", tiny_model_path,
-                                      HeadSpec(draft_vocab=200, scale=0.3, seed=6)),
+        "full": write_eagle3_head(
+            model_dir / "e3-full.gguf", tiny_model_path, HeadSpec(draft_vocab=0, scale=0.3, seed=4)
+        ),
+        "flat-d2t": write_eagle3_head(
+            model_dir / "e3-flat-d2t.gguf",
+            tiny_model_path,
+            HeadSpec(draft_vocab=200, scale=0.3, seed=6),
+        ),
     }
 
 
@@ -121,7 +125,7 @@ def test_sampling_follows_the_target_distribution(plain, heads, tiny_model_path)
     sp = _core.SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
 
     def exact(tokens: list[int]) -> dict[int, float]:
-        ids, probs = _core.warp(plain.next_token_logits(tokens), sp)
+        ids, probs = _core.testing.warp(plain.next_token_logits(tokens), sp)
         return dict(zip(ids, probs, strict=False))
 
     engine = load(tiny_model_path, heads["flat-d2t"])  # q lives on 200 of the 300 tokens
@@ -146,8 +150,9 @@ def test_the_controller_turns_a_useless_head_off(heads, tiny_model_path) -> None
     after a few probes."""
     engine = load(tiny_model_path, heads["d2t"])
     # Sampled text rarely repeats, so n-gram lookups rarely propose: the head does the drafting.
-    params = GenerationParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=400,
-                              ignore_eos=True, seed=5)
+    params = GenerationParams(
+        temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=400, ignore_eos=True, seed=5
+    )
     try:
         fixed = engine.generate(PROMPT, params, draft_max=3)
         auto = engine.generate(PROMPT, params, draft_max="auto", reuse_cache=False)
@@ -180,8 +185,8 @@ def test_the_graph_tap_equals_llamas_own_extraction(tiny_model_path) -> None:
     """The tap reads "l_out-<il-1>" for layer il's input on any architecture; where llama.cpp
     publishes layer inputs itself (llama does), both give the same bits."""
     tokens = [1, 5, 9, 20, 33, 7, 7, 140]
-    tapped = _core.layer_inputs(str(tiny_model_path), tokens, [1, 2, 3], False)
-    extracted = _core.layer_inputs(str(tiny_model_path), tokens, [1, 2, 3], True)
+    tapped = _core.testing.layer_inputs(str(tiny_model_path), tokens, [1, 2, 3], False)
+    extracted = _core.testing.layer_inputs(str(tiny_model_path), tokens, [1, 2, 3], True)
     assert tapped.shape == (len(tokens), 3 * 64)
     assert np.array_equal(tapped, extracted)
     assert not np.array_equal(tapped[:, :64], tapped[:, 64:128])  # different layers
@@ -194,7 +199,7 @@ from localspec.engine import Engine
 from localspec.errors import LocalspecError
 target, head = sys.argv[1], sys.argv[2]
 try:
-    _core.layer_inputs(target, [1, 2], [1], True)
+    _core.testing.layer_inputs(target, [1, 2], [1], True)
 except LocalspecError as error:
     print("cross-check:", error)
 engine = Engine.load(target, draft="eagle3:" + head, n_ctx=256, draft_p_min=0.0)

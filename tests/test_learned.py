@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from localspec.engine import Engine
 from localspec.learned import LearnedKey, learned_path, load_learned, save_learned
+from tests.helpers import run_localspec
 
 REPETITIVE = "one two three four five six. one two three four five six. one two three four"
 
@@ -61,11 +60,9 @@ def test_the_key_changes_with_what_the_statistics_depend_on(tiny_model_path: Pat
 
 def run_json(tmp_path: Path, model: Path, *extra: str) -> dict:
     env = {**os.environ, "LOCALSPEC_CACHE_DIR": str(tmp_path / "cache")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "localspec.cli", "run", REPETITIVE, "--target", str(model),
-         "--draft", "ngram", "--threads", "1", "--ctx", "512", "--max-tokens", "24",
-         "--temperature", "0", "--json", *extra],
-        capture_output=True, text=True, timeout=120, env=env)
+    proc = run_localspec("run", REPETITIVE, "--target", str(model), "--draft", "ngram",
+                         "--threads", "1", "--ctx", "512", "--max-tokens", "24",
+                         "--temperature", "0", "--json", *extra, env=env)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 

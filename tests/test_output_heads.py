@@ -14,7 +14,7 @@ from localspec import _core
 from localspec.engine import Engine
 from localspec.types import GenerationParams, GenerationResult
 
-pytestmark = pytest.mark.skipif(not _core.q8_head_kernels(),
+pytestmark = pytest.mark.skipif(not _core.testing.q8_head_kernels(),
                                 reason="localspec's heads need AVX-VNNI or AVX512-VNNI")
 
 HEADS = {"q8_0": "q8_head_model", "q6_k": "q6k_head_model"}  # head type -> model fixture

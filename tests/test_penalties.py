@@ -44,7 +44,7 @@ def test_penalties_follow_llama_cpp(last_n: int) -> None:
     logits = rng.normal(0, 3, 50).astype(np.float32)
     context = [1, 2, 2, 7, 7, 7, 3, 9]
     params = _core.SamplingParams(penalty_last_n=last_n, **PENALTIES)
-    got = _core.apply_penalties(logits, context, params)
+    got = _core.testing.apply_penalties(logits, context, params)
     expected = logits if last_n == 0 else reference_penalties(logits, context, last_n)
     assert np.allclose(got, expected, atol=1e-5)
 
@@ -78,7 +78,7 @@ def exact_second(
     logits = engine.next_token_logits(prompt + [first])
     window = prompt + [first] if include_first else prompt
     sp = _core.SamplingParams(temperature=1.0, top_k=10, top_p=1.0, min_p=0.0, **BOOST)
-    ids, probs = _core.warp(_core.apply_penalties(logits, window, sp), sp)
+    ids, probs = _core.testing.warp(_core.testing.apply_penalties(logits, window, sp), sp)
     return dict(zip(ids, probs, strict=False))
 
 

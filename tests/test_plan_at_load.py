@@ -4,8 +4,7 @@ and the plan's n_gpu_layers reach Engine.load unless --n-gpu-layers is given."""
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
+from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -15,14 +14,11 @@ import pytest
 from localspec.commands import common
 from localspec.commands.common import ModelChoice, load_engine, plan_for, plan_summary
 from localspec.errors import ModelLoadError
+from localspec.loading import LoadOptions
 from localspec.planner import Device, GiB, MiB, model_memory, plan_pair
+from tests.helpers import run_localspec as localspec
 
 LOAD_LOG = ("llama_model_load", "load_tensors")  # what llama.cpp logs (--verbose) when loading
-
-
-def localspec(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "localspec.cli", *args],
-                          capture_output=True, text=True, timeout=120)
 
 
 def run_args(target: Path, draft: Path, *extra: str) -> list[str]:
@@ -66,22 +62,23 @@ def test_bad_budget_is_a_user_error(tiny_model_path: Path, tiny_draft_path: Path
     assert proc.returncode == 2 and "is not a size" in proc.stderr
 
 
-# ---- what load_engine passes to Engine.load (the load itself is replaced) ------------------
+# ---- what load_engine passes to the Engine (the load itself is replaced) ------------------
 
 @pytest.fixture
 def loads(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
 
-    def fake_load(target: str, **kwargs: Any) -> Any:
-        calls.append({"target": target, **kwargs})
+    def fake_engine(options: LoadOptions) -> Any:
+        calls.append({**asdict(options), "draft": str(options.draft)})
         return SimpleNamespace(info=SimpleNamespace(notice=""))  # what load_engine reads
 
-    monkeypatch.setattr(common.Engine, "load", fake_load)
+    monkeypatch.setattr(common, "Engine", fake_engine)
     return calls
 
 
 def namespace(**overrides: Any) -> argparse.Namespace:
-    values = {"threads": None, "verbose": False, "n_gpu_layers": None, "budget": None}
+    values = {"threads": None, "verbose": False, "n_gpu_layers": None, "budget": None,
+              "kv_type": "f16", "llama_head": False}
     return argparse.Namespace(**{**values, **overrides})
 
 

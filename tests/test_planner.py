@@ -393,9 +393,9 @@ def test_head_copy_bytes_come_from_the_gguf_head_type(q8_head_model: Path, q6k_h
     q8 = model_memory(q8_head_model)
     n_groups = -(-q8.n_vocab // 8)
     assert q8.head_copy_bytes == n_groups * (q8.n_embd // 32) * 272 > 0
-    assert q8.head_copy_bytes == _core.q8_head_packed_bytes(q8.n_vocab, q8.n_embd)
+    assert q8.head_copy_bytes == _core.testing.q8_head_packed_bytes(q8.n_vocab, q8.n_embd)
     q6 = model_memory(q6k_head_model)
-    assert q6.head_copy_bytes == _core.q6k_head_packed_bytes(q6.n_vocab, q6.n_embd) > 0
+    assert q6.head_copy_bytes == _core.testing.q6k_head_packed_bytes(q6.n_vocab, q6.n_embd) > 0
     assert model_memory(tiny_model_path).head_copy_bytes == 0  # an F32 head: llama.cpp's
     # A CPU without AVX-VNNI keeps llama.cpp's head: no copy.
     assert model_memory(q8_head_model, fast_head=False).head_copy_bytes == 0  # --llama-head

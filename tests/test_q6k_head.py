@@ -51,7 +51,7 @@ def numpy_q6_k_logits(raw: np.ndarray, n_vocab: int, n_embd: int, hidden: np.nda
                      d_x.astype(np.float64))
 
 
-needs_vnni = pytest.mark.skipif(not _core.q8_head_kernels(),
+needs_vnni = pytest.mark.skipif(not _core.testing.q8_head_kernels(),
                                 reason="localspec's heads need AVX-VNNI or AVX512-VNNI")
 
 
@@ -59,7 +59,7 @@ needs_vnni = pytest.mark.skipif(not _core.q8_head_kernels(),
 @pytest.mark.parametrize("n_rows", [1, 2, 3, 5, 8, 9, 16])
 @pytest.mark.parametrize("kernel", ["avx512vnni", "avxvnni"])
 def test_kernel_matches_ggml_arithmetic(n_rows: int, kernel: str) -> None:
-    if kernel not in _core.q8_head_kernels():
+    if kernel not in _core.testing.q8_head_kernels():
         pytest.skip(f"this CPU cannot run the {kernel} kernel")
     rng = np.random.default_rng(n_rows)
     n_vocab, n_embd = 203, 512  # a vocabulary that is not a multiple of the 8-row groups
@@ -67,8 +67,8 @@ def test_kernel_matches_ggml_arithmetic(n_rows: int, kernel: str) -> None:
     hidden = (rng.standard_normal((n_rows, n_embd)) * 3).astype(np.float32)
     hidden[0, :256] = 0.0  # an all-zero super-block quantizes with d = 0
     expected = numpy_q6_k_logits(raw, n_vocab, n_embd, hidden)
-    fast = _core.q6k_head_logits(raw, n_vocab, n_embd, hidden, kernel=kernel)
-    reference = _core.q6k_head_logits(raw, n_vocab, n_embd, hidden, reference=True)
+    fast = _core.testing.q6k_head_logits(raw, n_vocab, n_embd, hidden, kernel=kernel)
+    reference = _core.testing.q6k_head_logits(raw, n_vocab, n_embd, hidden, reference=True)
     scale = np.abs(expected).max()
     assert fast.shape == (n_rows, n_vocab)
     assert np.abs(fast - expected).max() <= 1e-5 * scale
@@ -81,15 +81,17 @@ def test_a_row_gets_the_same_logits_in_every_batch_size() -> None:
     n_vocab, n_embd = 77, 256
     raw = random_q6_k(rng, n_vocab, n_embd)
     hidden = rng.standard_normal((12, n_embd)).astype(np.float32)
-    alone = np.stack([_core.q6k_head_logits(raw, n_vocab, n_embd, hidden[j:j + 1])[0]
+    alone = np.stack([_core.testing.q6k_head_logits(raw, n_vocab, n_embd, hidden[j:j + 1])[0]
                       for j in range(12)])
     for n_rows in range(2, 13):
-        batch = _core.q6k_head_logits(raw, n_vocab, n_embd, hidden[:n_rows])
+        batch = _core.testing.q6k_head_logits(raw, n_vocab, n_embd, hidden[:n_rows])
         assert np.array_equal(batch, alone[:n_rows]), n_rows
 
 
 def test_kernel_rejects_wrong_sizes() -> None:
     with pytest.raises(ValueError):
-        _core.q6k_head_logits(np.zeros(BLOCK * 3, np.uint8), 3, 128, np.zeros(128, np.float32))
+        _core.testing.q6k_head_logits(np.zeros(BLOCK * 3, np.uint8), 3, 128,
+                                      np.zeros(128, np.float32))
     with pytest.raises(ValueError):
-        _core.q6k_head_logits(np.zeros(BLOCK * 2, np.uint8), 3, 256, np.zeros(256, np.float32))
+        _core.testing.q6k_head_logits(np.zeros(BLOCK * 2, np.uint8), 3, 256,
+                                      np.zeros(256, np.float32))

@@ -43,7 +43,7 @@ def numpy_q8_0_logits(blocks: np.ndarray, hidden: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("n_rows", [1, 2, 3, 4, 5, 8, 9, 16])
 @pytest.mark.parametrize("kernel", ["avx512vnni", "avxvnni"])
 def test_kernel_matches_ggml_arithmetic(n_rows: int, kernel: str) -> None:
-    if kernel not in _core.q8_head_kernels():
+    if kernel not in _core.testing.q8_head_kernels():
         pytest.skip(f"this CPU cannot run the {kernel} kernel")
     rng = np.random.default_rng(n_rows)
     n_vocab, n_embd = 1003, 96  # a vocabulary that is not a multiple of the 8-row groups
@@ -51,8 +51,8 @@ def test_kernel_matches_ggml_arithmetic(n_rows: int, kernel: str) -> None:
     hidden = (rng.standard_normal((n_rows, n_embd)) * 3).astype(np.float32)
     hidden[0, :32] = 0.0  # an all-zero block quantizes with d = 0
     expected = numpy_q8_0_logits(blocks, hidden)
-    fast = _core.q8_head_logits(blocks, n_vocab, n_embd, hidden, kernel=kernel)
-    reference = _core.q8_head_logits(blocks, n_vocab, n_embd, hidden, reference=True)
+    fast = _core.testing.q8_head_logits(blocks, n_vocab, n_embd, hidden, kernel=kernel)
+    reference = _core.testing.q8_head_logits(blocks, n_vocab, n_embd, hidden, reference=True)
     assert fast.shape == (n_rows, n_vocab)
     scale = np.abs(expected).max()
     # Only float summation order differs: float32 rounding, far below any real logit gap.
@@ -65,8 +65,8 @@ def test_kernel_threads_split_the_vocabulary_exactly() -> None:
     rng = np.random.default_rng(7)
     blocks = q8_0_bytes(rng.standard_normal((4099, 64)))
     hidden = rng.standard_normal((6, 64)).astype(np.float32)
-    one = _core.q8_head_logits(blocks, 4099, 64, hidden, n_threads=1)
-    three = _core.q8_head_logits(blocks, 4099, 64, hidden, n_threads=3)
+    one = _core.testing.q8_head_logits(blocks, 4099, 64, hidden, n_threads=1)
+    three = _core.testing.q8_head_logits(blocks, 4099, 64, hidden, n_threads=3)
     assert np.array_equal(one, three)
 
 
@@ -75,7 +75,7 @@ def test_kernel_threads_split_the_vocabulary_exactly() -> None:
 def test_a_row_gets_the_same_logits_in_every_batch_size(kernel: str) -> None:
     """Verification rows must equal plain decoding's single rows bit for bit: the tiles for
     different row counts split integer sums only, never the float accumulation."""
-    if kernel not in _core.q8_head_kernels():
+    if kernel not in _core.testing.q8_head_kernels():
         pytest.skip(f"this CPU cannot run the {kernel} kernel")
     rng = np.random.default_rng(11)
     n_vocab, n_embd = 517, 128
@@ -83,7 +83,7 @@ def test_a_row_gets_the_same_logits_in_every_batch_size(kernel: str) -> None:
     hidden = (rng.standard_normal((16, n_embd)) * 2).astype(np.float32)
 
     def logits(rows: np.ndarray) -> np.ndarray:
-        return _core.q8_head_logits(blocks, n_vocab, n_embd, rows, kernel=kernel)
+        return _core.testing.q8_head_logits(blocks, n_vocab, n_embd, rows, kernel=kernel)
 
     alone = np.stack([logits(hidden[j:j + 1])[0] for j in range(16)])
     for n_rows in range(2, 17):
@@ -94,8 +94,9 @@ def test_a_row_gets_the_same_logits_in_every_batch_size(kernel: str) -> None:
 def test_kernel_rejects_wrong_sizes() -> None:
     blocks = np.zeros(34 * 2 * 10, dtype=np.uint8)
     with pytest.raises(ValueError):
-        _core.q8_head_logits(blocks, 11, 64, np.zeros((1, 64), dtype=np.float32))
+        _core.testing.q8_head_logits(blocks, 11, 64, np.zeros((1, 64), dtype=np.float32))
     if _core.q8_head_supported():
         good = np.zeros(34 * 2 * 11, dtype=np.uint8)
         with pytest.raises(ValueError, match="cannot run"):
-            _core.q8_head_logits(good, 11, 64, np.zeros((1, 64), dtype=np.float32), kernel="nope")
+            _core.testing.q8_head_logits(good, 11, 64, np.zeros((1, 64), dtype=np.float32),
+                                         kernel="nope")

@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from localspec.engine import Engine
 from localspec.gguf_reader import read_gguf
-
-
-def localspec(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "localspec.cli", *args],
-                          capture_output=True, text=True, timeout=120)
+from tests.helpers import run_localspec as localspec
 
 
 def plan_json(model: Path) -> dict:

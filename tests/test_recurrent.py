@@ -8,8 +8,6 @@ default n-gram drafter off (with a notice) or refuses a draft model (exit 2).
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from localspec.engine import Engine
 from localspec.errors import ModelLoadError
 from localspec.synthetic import TinyConfig
 from localspec.synthetic_recurrent import write_mamba_model
+from tests.helpers import run_localspec as localspec
 
 PROMPT = "the quick brown fox jumps over the lazy dog. the quick brown fox jumps over the"
 
@@ -104,11 +103,6 @@ def test_draft_models_are_refused(mamba_path: Path, tiny_model_path: Path) -> No
         Engine.load(mamba_path, draft=tiny_model_path, n_ctx=512, n_threads=1)
     with pytest.raises(ModelLoadError, match="draft model .* is a recurrent model"):
         Engine.load(tiny_model_path, draft=f"hybrid:{mamba_path}", n_ctx=512, n_threads=1)
-
-
-def localspec(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "localspec.cli", *args],
-                          capture_output=True, text=True, timeout=120)
 
 
 def test_cli(mamba_path: Path, tiny_model_path: Path) -> None:

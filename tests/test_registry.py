@@ -60,11 +60,11 @@ def test_packaged_registry_is_valid() -> None:
     registry = load_registry()
     assert registry.files == (str(PACKAGE_MODELS_FILE),)
     default = registry.pair()
-    assert default.name == "gemma3-270m" and default.drafter == "ngram"
+    assert default.name == "gemma3-270m" and str(default.drafter) == "ngram"
     assert registry.models["gemma3-270m"].source.kind == "embedded"
     for name in ("qwen2.5-7b", "llama3.1-8b", "qwen2.5-coder-7b"):
         pair = registry.pairs[name]
-        for spec in (pair.target, pair.drafter):
+        for spec in (pair.target, pair.drafter.path):
             source = registry.models[spec].source
             assert source.kind == "hf" and source.filename and source.filename.endswith(".gguf")
             assert "-of-0000" not in source.filename  # single-file quantizations only
@@ -129,7 +129,7 @@ n_ctx = 2048
 temperature = 0
 """)
     resolved = load_registry().resolve_pair("mine")
-    assert resolved.target == target and resolved.drafter == str(draft)
+    assert resolved.target == target and str(resolved.drafter) == str(draft)
     assert (resolved.draft_max, resolved.n_ctx, resolved.temperature) == (6, 2048, 0.0)
     assert run_command(["pull", "mine"]) == 0
     out = capsys.readouterr().out
@@ -149,7 +149,7 @@ def test_embedded_default_is_assembled_once(embedded_cache: Path,
     monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(embedded_cache))
     registry = load_registry()
     resolved = registry.resolve_pair()  # the default pair
-    assert resolved.drafter == "ngram" and resolved.target.parent == embedded_cache / "models"
+    assert str(resolved.drafter) == "ngram" and resolved.target.parent == embedded_cache / "models"
     info = read_gguf(resolved.target, read_arrays=False)
     assert info.architecture == "gemma3" and info.vocab_size == 262144
     stamp = resolved.target.stat().st_mtime_ns
@@ -186,9 +186,9 @@ def test_local_paths_and_drafters(isolated: Path) -> None:
     registry = load_registry()
     assert registry.resolve_model("local") == model
     assert registry.resolve_model(str(model)) == model
-    assert registry.resolve_drafter("ngram") == "ngram"
-    assert registry.resolve_drafter("NONE") == "none"
-    assert registry.resolve_drafter("local") == str(model)
+    assert str(registry.resolve_drafter("ngram")) == "ngram"
+    assert str(registry.resolve_drafter("NONE")) == "none"
+    assert str(registry.resolve_drafter("local")) == str(model)
     with pytest.raises(ModelLoadError, match="neither a model name"):
         registry.resolve_model("no-such-model")
     with pytest.raises(ModelLoadError, match="does not exist"):
@@ -211,7 +211,7 @@ drafter = "none"
     registry = load_registry()
     assert registry.files[-1] == str(path)
     assert registry.models["gemma3-270m"].source.location == str(model)
-    assert registry.default_pair == "fast" and registry.resolve_pair().drafter == "none"
+    assert registry.default_pair == "fast" and str(registry.resolve_pair().drafter) == "none"
     assert registry.resolve_pair().target == model
     assert "qwen2.5-7b" in registry.pairs  # package entries are still there
 

@@ -31,7 +31,7 @@ def exact(engine: Engine, tokens: list[int]) -> dict[int, float]:
     sp = _core.SamplingParams(
         temperature=PARAMS.temperature, top_k=PARAMS.top_k, top_p=PARAMS.top_p, min_p=PARAMS.min_p
     )
-    ids, probs = _core.warp(engine.next_token_logits(tokens), sp)
+    ids, probs = _core.testing.warp(engine.next_token_logits(tokens), sp)
     return dict(zip(ids, probs, strict=False))
 
 
@@ -83,9 +83,9 @@ def test_argmax_is_the_first_index_of_the_largest_logit() -> None:
                 logits[rng.integers(1, n)] = np.nan
                 logits[rng.integers(0, n)] = -np.inf
             expected = int(np.argmax(np.where(np.isnan(logits), -np.inf, logits)))
-            assert _core.argmax(logits) == expected
-    assert _core.argmax(np.full(40, -np.inf, dtype=np.float32)) == 0
-    assert _core.argmax(np.full(40, np.nan, dtype=np.float32)) == 0
+            assert _core.testing.argmax(logits) == expected
+    assert _core.testing.argmax(np.full(40, -np.inf, dtype=np.float32)) == 0
+    assert _core.testing.argmax(np.full(40, np.nan, dtype=np.float32)) == 0
 
 
 def test_top_probability_matches_a_double_precision_softmax() -> None:
@@ -100,4 +100,4 @@ def test_top_probability_matches_a_double_precision_softmax() -> None:
                 logits[:5] = -1e4
             shifted = logits.astype(np.float64) - logits.max()
             expected = 1.0 / np.exp(shifted).sum()
-            assert _core.top_probability(logits) == pytest.approx(expected, rel=1e-5)
+            assert _core.testing.top_probability(logits) == pytest.approx(expected, rel=1e-5)

@@ -97,7 +97,7 @@ def masked(engine: Engine, tokens: list[int], allowed: re.Pattern[str]) -> dict[
           for t in range(n_vocab)]
     logits = np.where(ok, logits, -np.inf).astype(np.float32)
     sp = _core.SamplingParams(temperature=1.0, top_k=10, top_p=1.0, min_p=0.0)
-    ids, probs = _core.warp(logits, sp)
+    ids, probs = _core.testing.warp(logits, sp)
     return {i: p for i, p in zip(ids, probs, strict=False) if p > 0}
 
 

@@ -34,9 +34,11 @@ from localspec.bench.synthetic_mode import (
 from localspec.bench.table import print_baseline, print_ceiling, print_report, print_theory
 from localspec.commands.common import add_model_arguments, choose_models, draft_max_arg, load_engine
 from localspec.convert import AUTO_DRAFT_MAX
+from localspec.drafter_spec import DrafterSpec
 from localspec.engine import Engine
 from localspec.errors import InvalidParameterError
 from localspec.learned import restore_saved
+from localspec.loading import DEFAULT_N_CTX
 from localspec.prompts import Prompt, load_prompts
 from localspec.types import DraftMax, GenerationParams
 
@@ -51,13 +53,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         description="Runs plain decoding and speculation on the same prompts with the same output "
         "length (end-of-generation ignored) in one process, and reports the ratios.",
     )
-    add_model_arguments(parser, pair_option=True)
+    add_model_arguments(parser)
     parser.add_argument("--prompts", help="JSONL prompt file, or the name of a built-in set: "
                         "'builtin' (default) or 'adversarial' (little to copy from)")
-    parser.add_argument("--categories", help="comma-separated categories to run")
-    parser.add_argument("--limit", type=int, default=None, help="prompts per category")
-    parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--categories", help="comma-separated categories to run (default: all)")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="prompts per category (default: all; 2 with --synthetic)")
+    parser.add_argument("--max-tokens", type=int, default=128,
+                        help="tokens generated per run, end-of-generation ignored (default: "
+                        "%(default)s)")
+    parser.add_argument("--temperature", type=float, default=0.0,
+                        help="sampling temperature, 0: greedy (default: %(default)s)")
     parser.add_argument("--draft-max", type=draft_max_arg, default=None,
                         help=f"K or auto (default: auto; {SYNTHETIC_DRAFT_MAX} with --synthetic)")
     parser.add_argument("--repeat", type=int, default=3,
@@ -65,19 +71,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--saved-stats", action="store_true",
                         help="start the controller from the statistics `localspec run` saved for "
                         "this pair (default: from nothing, so runs do not depend on history)")
-    parser.add_argument("--per-prompt", action="store_true", help="also print one row per prompt")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--out", help="also write the JSON results to this file (before --plot)")
+    parser.add_argument("--per-prompt", action="store_true",
+                        help="also print one row per prompt (default: per "
+                        "category)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the report as JSON (default: tables)")
+    parser.add_argument("--out", help="also write the JSON results to this file (before "
+                        "--plot; default: none)")
     parser.add_argument("--plot", help="write a PNG (speedup per category, accepted lengths); "
-                        "needs localspec[plot]; the JSON results go next to it unless --out")
+                        "needs localspec[plot]; the JSON results go next to it unless --out; "
+                        "default: "
+                        "none)")
     parser.add_argument("--baseline", choices=BASELINES,
-                        help="also run llama-cpp-python's plain and prompt-lookup generation")
+                        help="also run llama-cpp-python's plain and prompt-lookup generation "
+                        "(default: none)")
     parser.add_argument("--baseline-num-pred-tokens", type=int, default=None,
                         help="tokens per prompt-lookup draft in the baseline (default: 2 on a "
                         "CPU-only build, 10 with GPU offload, as llama-cpp-python advises)")
     synthetic = parser.add_argument_group("synthetic pair (--synthetic)")
     synthetic.add_argument("--synthetic", action="store_true",
-                           help="benchmark a generated target/draft pair against the theory")
+                           help="benchmark a generated target/draft pair against the theory "
+                           "(default: the named models)")
     synthetic.add_argument("--agreement-divergence", type=float, default=SyntheticSpec.divergence,
                            help="weight of the target's extra blocks (0: draft always agrees; "
                            "default %(default)s)")
@@ -126,15 +140,15 @@ class Measured:
     pass_costs: list[float] | None  # for the n-gram ceiling (n-gram drafts, greedy)
 
 
-def _ceiling_k_max(drafter: str, params: GenerationParams) -> int | None:
+def _ceiling_k_max(drafter: DrafterSpec, params: GenerationParams) -> int | None:
     """The longest draft the n-gram ceiling replays, or None when it does not apply."""
-    if drafter != "ngram" or params.temperature != 0:
+    if drafter.kind != "ngram" or params.temperature != 0:
         return None
     return AUTO_DRAFT_MAX if params.draft_max == "auto" else int(params.draft_max)
 
 
 def _measure(engine: Engine, prompts: list[Prompt], params: GenerationParams,
-             args: argparse.Namespace, drafter: str) -> Measured:
+             args: argparse.Namespace, drafter: DrafterSpec) -> Measured:
     err = Console(stderr=True)
     if not err.is_terminal:  # a log file or CI: lines with an ETA instead of a live bar
         lines = LineProgress(sys.stderr)
@@ -195,10 +209,11 @@ def run(args: argparse.Namespace) -> int:
         spec = _synthetic_spec(args)
         with tempfile.TemporaryDirectory(prefix="localspec-synthetic-") as tmp:
             target, draft = write_synthetic_pair(tmp, spec)
-            with Engine.load(target, draft=draft, n_ctx=args.ctx or 4096, n_threads=args.threads,
-                             draft_p_min=0.0, fast_head=not args.llama_head,
+            with Engine.load(target, draft=draft, n_ctx=args.ctx or DEFAULT_N_CTX,
+                             n_threads=args.threads, draft_p_min=0.0,
+                             fast_head=not args.llama_head, kv_type=args.kv_type,
                              verbose=args.verbose) as engine:
-                measured = _measure(engine, prompts, params, args, "synthetic")
+                measured = _measure(engine, prompts, params, args, engine.info.drafter_spec)
                 heads = _heads(engine)
             outcome = _outcome(args, str(target), measured, params)
         header: dict[str, Any] = {"target": "synthetic", "drafter": "synthetic",
@@ -210,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
             measured = _measure(engine, prompts, params, args, choice.drafter)
             heads = _heads(engine)
         outcome = _outcome(args, choice.target, measured, params)
-        header = {"target": choice.target, "drafter": choice.drafter,
+        header = {"target": choice.target, "drafter": str(choice.drafter),
                   "saved_stats_used": used_saved}
     header.update(heads)
     header.update(max_tokens=args.max_tokens,

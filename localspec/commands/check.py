@@ -28,7 +28,7 @@ from localspec.commands.common import (
 )
 from localspec.errors import InvalidParameterError, VocabMismatchError
 from localspec.learned import restore_saved
-from localspec.loading import check_model_path, draft_model_path
+from localspec.loading import check_model_path
 from localspec.prompts import load_prompts
 from localspec.types import GenerationParams
 
@@ -50,18 +50,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "speculative and report acceptance, mean accepted length and the measured speedup. "
         "Exits with 2 when the draft cannot draft for the target.",
     )
-    add_model_arguments(parser, pair_option=True)
+    add_model_arguments(parser)
     parser.add_argument("--max-tokens", type=int, default=64, help="tokens per run (default 64)")
     parser.add_argument("--limit", type=int, default=1, help="prompts per category (default 1)")
     parser.add_argument("--categories", help="comma-separated built-in categories (default: all)")
-    parser.add_argument("--prompts", help="a JSONL prompt file instead of the built-in set")
+    parser.add_argument("--prompts", help="a JSONL prompt file (default: the built-in set)")
     parser.add_argument("--draft-max", type=draft_max_arg, default="auto",
                         help="longest draft per step, or auto (default)")
-    parser.add_argument("--vocab-only", action="store_true", help="skip the measurement")
+    parser.add_argument("--vocab-only", action="store_true",
+                        help="check the vocabularies only (default: also measure)")
     parser.add_argument("--saved-stats", action="store_true",
                         help="start the controller from the statistics `localspec run` saved for "
                         "this pair (default: from nothing)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--json", action="store_true", help="print one JSON object (default: text)")
     parser.set_defaults(func=run)
 
 
@@ -146,12 +147,12 @@ def run(args: argparse.Namespace) -> int:
                               draft_max=args.draft_max, seed=0)
     params.validate()
     choice = choose_models(args)
-    if choice.drafter == "none":
+    if not choice.drafter.drafts:
         raise InvalidParameterError("There is no drafter to check: pass --draft MODEL or "
                                     "--draft ngram.")
-    out: dict[str, Any] = {"target": choice.target, "draft": choice.drafter}
-    vocab = (None if choice.drafter == "ngram"
-             else vocab_report(choice.target, draft_model_path(choice.drafter)))
+    out: dict[str, Any] = {"target": choice.target, "draft": str(choice.drafter)}
+    draft_path = choice.drafter.path
+    vocab = None if draft_path is None else vocab_report(choice.target, draft_path)
     out["vocabulary"] = vocab
     if not args.json:
         print(f"Target: {choice.target}\nDraft:  {choice.drafter}")

@@ -10,16 +10,18 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
+from localspec.drafter_spec import DrafterSpec
 from localspec.engine import Engine
-from localspec.errors import ModelLoadError
-from localspec.loading import DRAFTER_KEYWORDS, draft_model_path
+from localspec.errors import InvalidParameterError, ModelLoadError
+from localspec.loading import DEFAULT_N_CTX, LoadOptions
 from localspec.model_kind import ModelKind
 from localspec.plan_table import parse_size
 from localspec.plan_table import plan_summary as plan_summary  # re-exported for the chat UI
-from localspec.planner import Plan, plan_from_files
-from localspec.types import DraftMax
+from localspec.planner import KV_TYPES, Plan, plan_from_files
+from localspec.types import DraftMax, GenerationParams, parse_draft_max
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,7 @@ class ModelChoice:
     """What to load, after models.toml and the command line have been combined."""
 
     target: str
-    drafter: str  # "ngram", "none" or a draft GGUF path
+    drafter: DrafterSpec  # a draft model's path is a local GGUF file
     n_ctx: int
     draft_max: DraftMax
     temperature: float | None  # the pair's default, None when the user named files
@@ -36,42 +38,92 @@ class ModelChoice:
     stop: tuple[str, ...] = ()  # the pair's chat stop strings (models.toml)
     kind: ModelKind = ModelKind()  # base or instruct, as models.toml says (else unknown)
 
+    def defaults(self) -> GenerationParams:
+        """Generation parameters with the pair's draft length and temperature (when it has
+        one); GenerationParams' own defaults for everything else."""
+        params = GenerationParams(draft_max=self.draft_max)
+        return params if self.temperature is None else replace(params, temperature=self.temperature)
+
 
 def draft_max_arg(text: str) -> DraftMax:
-    if text == "auto":
-        return "auto"
+    """argparse's converter for a draft length (GenerationParams owns the rule)."""
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer, got {text!r}") from None
-    if not 0 <= value <= 64:
-        raise argparse.ArgumentTypeError(f"draft length must be in 0..64, got {value}")
-    return value
+        return parse_draft_max(text)
+    except InvalidParameterError as error:
+        raise argparse.ArgumentTypeError(str(error).rstrip(".")) from None
 
 
-def add_model_arguments(parser: argparse.ArgumentParser, *, pair_option: bool) -> None:
-    """--target/--draft/--ctx/...; the pair is a positional argument unless `pair_option`."""
-    pair_help = "a pair from models.toml (default: the embedded default)"
-    if pair_option:
-        parser.add_argument("--pair", help=pair_help)
-    else:
-        parser.add_argument("pair", nargs="?", help=pair_help)
-    parser.add_argument("--target",
-                        help="target model: a GGUF path, a models.toml name or hf:REPO/FILE")
-    parser.add_argument("--draft", help="drafter: a GGUF path or model name, 'ngram' or 'none'")
-    parser.add_argument("--ctx", type=int, default=None, help="context size in tokens")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="CPU threads (default: all cores)")
-    parser.add_argument("--n-gpu-layers", type=int, default=None,
-                        help="target layers to offload, -1 for all (default: from the "
-                        "memory plan)")
-    parser.add_argument("--budget", default=None,
-                        help="memory budget such as 8GiB (default: the GPU's free memory, else "
-                        "the available RAM); see `localspec plan`")
-    parser.add_argument("--llama-head", action="store_true",
-                        help="compute logits with llama.cpp's own output head (default: "
-                        "localspec's faster CPU head where it applies)")
-    parser.add_argument("--verbose", action="store_true", help="show llama.cpp's log")
+class _DeprecatedAlias(argparse.Action):
+    """An old spelling that still works: it warns, then stores into the new option's dest."""
+
+    def __init__(self, *args: Any, new: str, value: Any = None, **kwargs: Any) -> None:
+        self.new, self.value = new, value
+        super().__init__(*args, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        if values is None and option_string is None:  # an absent positional
+            return
+        old = option_string or f"the positional {self.metavar}"
+        print(f"localspec: warning: {old} is deprecated; use {self.new} instead.",
+              file=sys.stderr)
+        setattr(namespace, self.dest, self.value if self.nargs == 0 else values)
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, *, positional_pair: bool = False,
+                        loads: bool = True) -> None:
+    """The model flags every command that loads (or plans) models takes. ``positional_pair``:
+    also accept the pair as a positional argument (the old spelling of chat, serve and plan,
+    deprecated); ``loads``: add the flags that only matter when models are loaded."""
+    group = parser.add_argument_group("model")
+    group.add_argument("--pair", help="a pair from models.toml (default: the default pair, the "
+                       "embedded Gemma 3 270M)")
+    if positional_pair:
+        group.add_argument("old_pair", nargs="?", metavar="PAIR", action=_DeprecatedAlias,
+                           new="--pair PAIR", help="deprecated spelling of --pair PAIR")
+    group.add_argument("--target", help="target model: a GGUF path, a models.toml name or "
+                       "hf:ORG/REPO/FILE.gguf (default: the pair's)")
+    group.add_argument("--draft", help="drafter: a draft model (path, name or hf: source), "
+                       "'ngram', 'none', hybrid:MODEL (n-gram when the text has a match, else "
+                       "the model) or eagle3:HEAD (the same with an EAGLE-3 head) (default: the "
+                       "pair's, else ngram)")
+    group.add_argument("--ctx", type=int, default=None,
+                       help=f"context size in tokens (default: the pair's, else {DEFAULT_N_CTX})")
+    group.add_argument("--kv-type", default=LoadOptions.kv_type, choices=sorted(KV_TYPES),
+                       help="KV cache type (default: %(default)s)")
+    group.add_argument("--budget", default=None,
+                       help="memory budget such as 8GiB (default: the GPU's free memory, else "
+                       "the available RAM); see `localspec plan`")
+    group.add_argument("--llama-head", action="store_true",
+                       help="compute logits with llama.cpp's own output head (default: "
+                       "localspec's faster CPU head where it applies)")
+    if not loads:
+        return
+    group.add_argument("--threads", type=int, default=None,
+                       help="CPU threads (default: all cores)")
+    group.add_argument("--n-gpu-layers", type=int, default=None,
+                       help="target layers to offload, -1 for all (default: from the memory plan)")
+    group.add_argument("--verbose", action="store_true",
+                       help="show llama.cpp's log (default: off)")
+
+
+def add_speculation_switch(parser: argparse.ArgumentParser, *, old: str | None = None) -> None:
+    """``--no-speculation`` (plain target-only decoding); ``old``: a deprecated spelling."""
+    parser.add_argument("--no-speculation", action="store_true",
+                        help="plain target-only decoding (default: speculate)")
+    if old is not None:
+        parser.add_argument(old, dest="no_speculation", nargs=0, action=_DeprecatedAlias,
+                            new="--no-speculation", value=True,
+                            help="deprecated spelling of --no-speculation")
+
+
+def pair_name(args: argparse.Namespace) -> str | None:
+    """The pair asked for (``--pair``, or the deprecated positional); refuses a pair together
+    with ``--target``."""
+    pair: str | None = args.pair or getattr(args, "old_pair", None)
+    if pair and args.target:
+        raise InvalidParameterError("Give either a PAIR (--pair) or --target, not both.")
+    return pair
 
 
 def choose_models(args: argparse.Namespace) -> ModelChoice:
@@ -79,12 +131,14 @@ def choose_models(args: argparse.Namespace) -> ModelChoice:
     from localspec.registry import load_registry
 
     known = load_registry()
+    pair_wanted = pair_name(args)
     if args.target:
         target = str(known.resolve_model(args.target))
-        drafter = known.resolve_drafter(args.draft or "ngram")
-        return ModelChoice(target, drafter, args.ctx or 4096, "auto", None, None, args.target,
+        drafter = known.resolve_drafter(args.draft)
+        return ModelChoice(target, drafter, args.ctx or DEFAULT_N_CTX, GenerationParams.draft_max,
+                           None, None, args.target,
                            kind=known.kind_of(args.target))
-    pair = known.resolve_pair(args.pair)
+    pair = known.resolve_pair(pair_wanted)
     drafter = known.resolve_drafter(args.draft) if args.draft else pair.drafter
     return ModelChoice(
         str(pair.target), drafter, args.ctx or pair.n_ctx, pair.draft_max, pair.temperature,
@@ -95,53 +149,56 @@ def choose_models(args: argparse.Namespace) -> ModelChoice:
 
 def plan_for(
     target: str | os.PathLike[str],
-    drafter: str,
+    drafter: DrafterSpec | str,
     n_ctx: int,
     budget: str | int | None = None,
     *,
     fast_head: bool = True,
+    kv_type: str = LoadOptions.kv_type,
 ) -> Plan:
-    """The memory plan for a target and a drafter ("ngram", "none" or a GGUF path); ``budget``
+    """The memory plan for a target and a drafter (a DrafterSpec or its spelling); ``budget``
     is bytes or a size such as "8GiB" (default: the GPU's free memory, else available RAM).
     Reads the GGUF headers only; raises a LocalspecError for a missing or broken file."""
-    draft = None if drafter in DRAFTER_KEYWORDS else draft_model_path(drafter)
+    draft = DrafterSpec.parse(drafter).path
     budget_bytes = parse_size(budget) if isinstance(budget, str) else budget
-    return plan_from_files(target, draft, n_ctx, budget_bytes, fast_head=fast_head)
+    return plan_from_files(target, draft, n_ctx, budget_bytes, kv_type, fast_head=fast_head)
 
 
 def plan_choice(args: argparse.Namespace, choice: ModelChoice) -> Plan:
-    """``plan_for`` with the choice's models and context and the command's ``--budget`` and
-    ``--llama-head``."""
-    return plan_for(choice.target, choice.drafter, choice.n_ctx, getattr(args, "budget", None),
-                    fast_head=not getattr(args, "llama_head", False))
+    """``plan_for`` with the choice's models and context and the command's ``--budget``,
+    ``--llama-head`` and ``--kv-type``."""
+    return plan_for(choice.target, choice.drafter, choice.n_ctx, args.budget,
+                    fast_head=not args.llama_head, kv_type=args.kv_type)
 
 
-def load_engine(
-    args: argparse.Namespace, choice: ModelChoice, *, plan: Plan | None = None, **kwargs: object
-) -> Engine:
-    """Plan, then load. Raises ModelLoadError with the plan's reason when the pair does not fit
-    (nothing is loaded); an explicit ``--n-gpu-layers`` overrides the plan's placement, and then
-    only a plan for RAM (a CPU) is enforced. ``plan``: one already made by ``plan_choice``."""
-    if plan is None:
-        plan = plan_choice(args, choice)
-    explicit = getattr(args, "n_gpu_layers", None)
+def load_options(args: argparse.Namespace, choice: ModelChoice, plan: Plan,
+                 **overrides: Any) -> LoadOptions:
+    """The model flags as LoadOptions. Raises ModelLoadError with the plan's reason when the
+    pair does not fit; an explicit ``--n-gpu-layers`` overrides the plan's placement, and then
+    only a plan for RAM (a CPU) is enforced."""
+    explicit = args.n_gpu_layers
     if not plan.fits and (explicit is None or plan.device.kind == "cpu"):
         raise ModelLoadError(plan.reason or "The pair does not fit in the memory budget.")
     if explicit is not None:
-        layers: dict[str, int | None] = {"n_gpu_layers": explicit, "n_gpu_layers_draft": None}
+        layers, draft_layers = explicit, None
     else:
-        draft = plan.draft.n_gpu_layers if plan.draft is not None else None
-        layers = {"n_gpu_layers": plan.target.n_gpu_layers, "n_gpu_layers_draft": draft}
-    engine = Engine.load(
-        choice.target,
-        draft=choice.drafter,
-        n_ctx=choice.n_ctx,
-        n_threads=args.threads,
-        fast_head=not getattr(args, "llama_head", False),
-        verbose=args.verbose,
-        **layers,  # type: ignore[arg-type]
-        **kwargs,  # type: ignore[arg-type]
+        layers = plan.target.n_gpu_layers
+        draft_layers = plan.draft.n_gpu_layers if plan.draft is not None else None
+    options = LoadOptions(
+        target=choice.target, draft=choice.drafter, n_ctx=choice.n_ctx, n_threads=args.threads,
+        n_gpu_layers=layers, n_gpu_layers_draft=draft_layers, fast_head=not args.llama_head,
+        kv_type=args.kv_type, verbose=args.verbose,
     )
+    return replace(options, **overrides)
+
+
+def load_engine(
+    args: argparse.Namespace, choice: ModelChoice, *, plan: Plan | None = None, **overrides: Any
+) -> Engine:
+    """Plan, then load (``load_options``; nothing is loaded when the pair does not fit).
+    ``plan``: one already made by ``plan_choice``; ``overrides``: other LoadOptions fields."""
+    options = load_options(args, choice, plan or plan_choice(args, choice), **overrides)
+    engine = Engine(options)
     if engine.info.notice:
         print(f"localspec: {engine.info.notice}", file=sys.stderr)
     return engine

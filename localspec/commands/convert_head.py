@@ -21,11 +21,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     parser.add_argument("checkpoint", help="directory with config.json and model*.safetensors")
     parser.add_argument("--target", required=True,
-                        help="the target GGUF the head was trained for (a path or models.toml "
+                        help="the target GGUF the head was trained for (required; a path or "
+                        "models.toml "
                         "name)")
-    parser.add_argument("-o", "--output", required=True, help="the GGUF to write")
+    parser.add_argument("-o", "--output", required=True, help="the GGUF to write (required)")
     parser.add_argument("--outtype", choices=OUTTYPES, default="auto",
-                        help="weight type; auto: the checkpoint's 16-bit type, else f16")
+                        help="weight type; auto: the checkpoint's 16-bit type, else f16 (default: "
+                        "%(default)s)")
     parser.set_defaults(func=run)
 
 

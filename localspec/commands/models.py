@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from localspec.drafter_spec import DrafterSpec
 from localspec.model_kind import ModelKind
 from localspec.registry import Registry, load_registry
 
@@ -18,7 +19,7 @@ def register(subparsers: Any) -> None:
         description="List the models and pairs of models.toml (the packaged file and your own) "
         "and whether each is usable without a download.",
     )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument("--json", action="store_true", help="print JSON (default: tables)")
     parser.set_defaults(func=handler)
 
 
@@ -38,8 +39,8 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-def _pair_local(registry: Registry, target: str, drafter: str) -> bool:
-    draft_ok = drafter in ("ngram", "none") or registry.is_local(drafter)
+def _pair_local(registry: Registry, target: str, drafter: DrafterSpec) -> bool:
+    draft_ok = drafter.path is None or registry.is_local(drafter.path)
     return registry.is_local(target) and draft_ok
 
 
@@ -52,7 +53,7 @@ def listing(registry: Registry) -> dict[str, Any]:
         for m in registry.models.values()
     ]
     pairs = [
-        {"name": p.name, "target": p.target, "drafter": p.drafter, "draft_max": p.draft_max,
+        {"name": p.name, "target": p.target, "drafter": str(p.drafter), "draft_max": p.draft_max,
          "n_ctx": p.n_ctx, "temperature": p.temperature, "default": p.name == registry.default_pair,
          "kind": registry.kind_of(p.target).kind,
          "local": _pair_local(registry, p.target, p.drafter), "description": p.description}

@@ -6,9 +6,10 @@ import argparse
 import json
 from typing import Any
 
+from localspec.commands.common import add_model_arguments, pair_name
 from localspec.errors import InvalidParameterError
+from localspec.loading import DEFAULT_N_CTX
 from localspec.planner import (
-    KV_TYPES,
     Device,
     Plan,
     choose_device,
@@ -27,20 +28,12 @@ def register(subparsers: Any) -> None:
         "the device and what stays in host memory. Nothing is loaded or downloaded. Exits with "
         "1 when the pair does not fit.",
     )
-    parser.add_argument("pair", nargs="?", help="a pair from models.toml (default: the default)")
-    parser.add_argument("--target", help="target model: name, path or hf: source")
-    parser.add_argument("--draft", help="draft model: name, path, hf: source, 'ngram' or 'none'")
-    parser.add_argument("--ctx", type=int, help="context length (default: the pair's, or 4096)")
-    parser.add_argument("--budget", help="memory budget such as 8GiB or 6GB (default: the "
-                        "GPU's free memory, else the available RAM)")
-    parser.add_argument("--kv-type", default="f16", choices=sorted(KV_TYPES),
-                        help="KV cache type (default: f16)")
+    add_model_arguments(parser, positional_pair=True, loads=False)
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"),
                         help="plan for the CPU (RAM), a GPU of --budget bytes, or auto: the "
                         "first GPU ggml reports, else the CPU (default: auto)")
-    parser.add_argument("--llama-head", action="store_true",
-                        help="plan for llama.cpp's own output head (no copy of localspec's)")
-    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument("--json", action="store_true",
+                        help="print the plan as JSON (default: a table)")
     parser.set_defaults(func=handler)
 
 
@@ -58,15 +51,15 @@ def _device(kind: str, budget: int | None) -> Device:
 def make_plan(args: argparse.Namespace) -> tuple[str, Plan]:
     """Resolve the pair/models (no downloads) and run the planner; returns (label, plan)."""
     registry = load_registry()
-    pair = registry.pair(args.pair) if args.pair or not args.target else None
+    name = pair_name(args)
+    pair = registry.pair(name) if name or not args.target else None
     target = args.target or (pair.target if pair else "")
-    drafter = args.draft or (pair.drafter if pair else "ngram")
-    n_ctx = args.ctx or (pair.n_ctx if pair else 4096)
+    drafter = args.draft or (str(pair.drafter) if pair else "ngram")
+    n_ctx = args.ctx or (pair.n_ctx if pair else DEFAULT_N_CTX)
     device = _device(args.device, parse_size(args.budget) if args.budget else None)
     target_path = registry.resolve_model(target, download=False)
     draft = registry.resolve_drafter(drafter, download=False)
-    draft_path = registry.drafter_file(draft)
-    plan = plan_from_files(target_path, draft_path, n_ctx, None, args.kv_type, device=device,
+    plan = plan_from_files(target_path, draft.path, n_ctx, None, args.kv_type, device=device,
                            fast_head=not args.llama_head)
     label = pair.name if pair and not (args.target or args.draft) else f"{target} + {drafter}"
     return label, plan

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from localspec.registry import SPECIAL_DRAFTERS, Registry, load_registry
+from localspec.registry import Registry, load_registry
 
 
 def register(subparsers: Any) -> None:
@@ -24,7 +24,7 @@ def models_to_pull(registry: Registry, name: str) -> list[str]:
     """The model specs behind a name: a pair's target and draft model, or the model itself."""
     if name in registry.pairs:
         pair = registry.pairs[name]
-        return [pair.target] + ([] if pair.drafter in SPECIAL_DRAFTERS else [pair.drafter])
+        return [pair.target] + ([] if pair.drafter.path is None else [pair.drafter.path])
     return [name]
 
 

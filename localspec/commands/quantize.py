@@ -33,8 +33,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     parser.add_argument("input", help="source GGUF")
     parser.add_argument("output", help="destination GGUF")
-    parser.add_argument("--type", required=True, choices=TYPES, help="target quantization")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--type", required=True, choices=TYPES,
+                        help="target quantization (required)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                        help="CPU threads (default: all cores, %(default)s)")
     parser.set_defaults(func=run)
 
 

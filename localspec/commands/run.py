@@ -18,6 +18,7 @@ from localspec.chat_template import chat_format, chat_tokens
 from localspec.commands.common import (
     ModelChoice,
     add_model_arguments,
+    add_speculation_switch,
     choose_models,
     draft_max_arg,
     load_engine,
@@ -39,55 +40,64 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         description="Generate from PROMPT ('-' reads standard input) with speculative decoding.",
     )
     parser.add_argument("prompt", help="the prompt text, or - to read it from standard input")
-    add_model_arguments(parser, pair_option=True)
+    add_model_arguments(parser)
     parser.add_argument(
         "--chat", action="store_true",
-        help="send PROMPT as a user message through the model's chat template",
+        help="send PROMPT as a user message through the model's chat template (default: as raw "
+        "text)",
     )
-    parser.add_argument("--system", help="a system message (with --chat)")
+    parser.add_argument("--system", help="a system message (with --chat; default: none)")
     parser.add_argument(
-        "--draft-max", type=draft_max_arg, default=None, help="longest draft per step, or auto"
+        "--draft-max", type=draft_max_arg, default=None,
+        help="longest draft per step, or auto: the controller picks (default: the pair's, auto)",
     )
-    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--max-tokens", type=int, default=GenerationParams.max_tokens,
+                        help="tokens to generate at most (default: %(default)s)")
     parser.add_argument(
         "--temperature", type=float, default=None, help="0 = greedy (default: the pair's, else 0.8)"
     )
-    parser.add_argument("--top-k", type=int, default=40)
-    parser.add_argument("--top-p", type=float, default=0.95)
-    parser.add_argument("--min-p", type=float, default=0.05)
+    parser.add_argument("--top-k", type=int, default=GenerationParams.top_k,
+                        help="sample from the K most likely tokens, 0: all (default: %(default)s)")
+    parser.add_argument("--top-p", type=float, default=GenerationParams.top_p,
+                        help="nucleus sampling threshold (default: %(default)s)")
+    parser.add_argument("--min-p", type=float, default=GenerationParams.min_p,
+                        help="drop tokens below this fraction of the top probability (default: "
+                        "%(default)s)")
     parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: random, "
                         "shown by --json)")
-    parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    parser.add_argument(
-        "--ignore-eos", action="store_true", help="generate exactly --max-tokens tokens"
-    )
-    parser.add_argument("--no-speculation", action="store_true", help="plain target-only decoding")
+    parser.add_argument("--stop", action="append", default=[],
+                        help="stop string (repeatable; default: none)")
+    parser.add_argument("--ignore-eos", action="store_true",
+                        help="generate exactly --max-tokens tokens (default: stop at the end of "
+                        "generation)")
+    add_speculation_switch(parser)
     add_shaping_arguments(parser)
     parser.add_argument(
         "--reset-stats", action="store_true",
         help="start the draft controller from nothing instead of the statistics saved by earlier "
-        "runs of this model + drafter (they are overwritten at the end)",
+        "runs of this model + drafter (they are overwritten at the end; default: start from "
+        "them)",
     )
     parser.add_argument(
-        "--json", action="store_true", help="print one JSON object (schema in README)"
+        "--json", action="store_true",
+        help="print one JSON object (schema in README; default: stream the text)"
     )
     parser.set_defaults(func=run)
 
 
 def _params(args: argparse.Namespace, choice: ModelChoice) -> GenerationParams:
-    temperature = args.temperature
-    if temperature is None:
-        temperature = choice.temperature if choice.temperature is not None else 0.8
-    params = GenerationParams(
+    defaults = choice.defaults()
+    params = replace(
+        defaults,
         max_tokens=args.max_tokens,
-        temperature=temperature,
+        temperature=defaults.temperature if args.temperature is None else args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
         min_p=args.min_p,
         # a random seed is drawn here, not in the engine, so that --json can report it
         seed=args.seed if args.seed is not None else random.getrandbits(63),
         stop=tuple(args.stop),
-        draft_max=args.draft_max if args.draft_max is not None else choice.draft_max,
+        draft_max=defaults.draft_max if args.draft_max is None else args.draft_max,
         speculative=not args.no_speculation,
         ignore_eos=args.ignore_eos,
         **shaping_fields(args),

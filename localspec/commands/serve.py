@@ -6,9 +6,16 @@ import argparse
 import ipaddress
 import os
 import sys
+from dataclasses import replace
 from typing import Any
 
-from localspec.commands.common import ModelChoice, add_model_arguments, choose_models, load_engine
+from localspec.commands.common import (
+    ModelChoice,
+    add_model_arguments,
+    choose_models,
+    load_engine,
+    pair_name,
+)
 from localspec.commands.limits import limit_notes
 from localspec.errors import InvalidParameterError, LocalspecError
 from localspec.server.options import ServerOptions
@@ -25,12 +32,14 @@ def register(subparsers: Any) -> None:
         description="Serve /v1/chat/completions, /v1/completions, /v1/models, /health and "
         "/metrics with speculative decoding built in (docs/server.md).",
     )
-    add_model_arguments(parser, pair_option=False)
+    add_model_arguments(parser, positional_pair=True)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8080, help="port (default: 8080)")
     parser.add_argument("--model-name", help="the model id clients send (default: the pair name)")
-    parser.add_argument("--chat-template", help="a Jinja2 chat template file overriding the GGUF's")
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    parser.add_argument("--chat-template", help="a Jinja2 chat template file overriding the "
+                        "GGUF's (default: the pair's, else the GGUF's)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"],
+                        help="the server's log level (default: %(default)s)")
     _add_access_arguments(parser)
     _add_limit_arguments(parser)
     parser.set_defaults(func=run_serve)
@@ -114,8 +123,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def _options(args: argparse.Namespace) -> ServerOptions:
-    if args.pair and args.target:
-        raise InvalidParameterError("Give either a PAIR name or --target, not both.")
+    pair_name(args)  # a pair and --target together are refused before the port is bound
     if not 0 <= args.port < 65536:
         raise InvalidParameterError(f"--port {args.port} is invalid: it must be in 0..65535.")
     options = ServerOptions(
@@ -135,10 +143,7 @@ def _options(args: argparse.Namespace) -> ServerOptions:
 
 def _defaults(choice: ModelChoice) -> GenerationParams:
     """Sampling defaults for requests that do not set them: the pair's, else the engine's."""
-    if choice.temperature is None:
-        return GenerationParams(draft_max=choice.draft_max, stop=choice.stop)
-    return GenerationParams(draft_max=choice.draft_max, temperature=choice.temperature,
-                            stop=choice.stop)
+    return replace(choice.defaults(), stop=choice.stop)
 
 
 def _read_template(path: str | None) -> str | None:

@@ -192,7 +192,8 @@ class Service:
 
     def _extension(self, call: Call, result: GenerationResult) -> dict[str, Any]:
         params, drafter = call.prepared.params, self.engine.info.drafter
-        speculative = params.speculative and params.draft_max != 0 and drafter != "none"
+        speculative = (params.speculative and params.draft_max != 0
+                       and self.engine.info.drafter_spec.drafts)
         return speculation_of(result.stats, PurePath(drafter).name, speculative)
 
     async def _events(self, run: Run, first: object) -> AsyncIterator[dict[str, str]]:

@@ -141,7 +141,7 @@ def test_cli_registers_chat(tiny_model_path: object) -> None:
         ]
     )
     choice = cli.resolve_models(args)
-    assert choice.target == str(tiny_model_path) and choice.drafter == "none"
+    assert choice.target == str(tiny_model_path) and str(choice.drafter) == "none"
     settings = cli.settings_from_args(args, choice)
     assert settings.system_prompt == "Hi" and settings.draft_max == 4
     assert settings.temperature == 0.0 and settings.speculative is False

@@ -6,7 +6,13 @@ import argparse
 from dataclasses import replace
 from typing import Any
 
-from localspec.commands.common import ModelChoice, add_model_arguments, choose_models
+from localspec.commands.common import (
+    ModelChoice,
+    add_model_arguments,
+    add_speculation_switch,
+    choose_models,
+    pair_name,
+)
 from localspec.commands.shaping import add_shaping_arguments, shaping_fields
 from localspec.errors import InvalidParameterError
 
@@ -20,8 +26,8 @@ def register(subparsers: Any) -> None:
         description="A terminal chat with live tokens/s, acceptance rate, mean accepted length "
         "and draft/target provenance colours. Keys: F1 help, F2 speculation on/off, Esc stop.",
     )
-    add_model_arguments(parser, pair_option=False)
-    parser.add_argument("--system", help="a system prompt for the conversation")
+    add_model_arguments(parser, positional_pair=True)
+    parser.add_argument("--system", help="a system prompt for the conversation (default: none)")
     parser.add_argument(
         "--temperature", type=float, help="sampling temperature (default: the pair's, 0.8)"
     )
@@ -32,24 +38,22 @@ def register(subparsers: Any) -> None:
         "--max-tokens", type=int, default=512, help="longest reply in tokens (default: 512)"
     )
     parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: random)")
-    parser.add_argument(
-        "--no-spec", action="store_true", help="start with speculation off (F2 toggles it)"
-    )
+    add_speculation_switch(parser, old="--no-spec")  # F2 toggles it in the chat
     add_shaping_arguments(parser)
     parser.set_defaults(func=run_chat)
 
 
 def settings_from_args(args: argparse.Namespace, choice: ModelChoice) -> ChatSettings:
+    defaults = choice.defaults()
     try:
-        draft_max = choice.draft_max if args.draft_max is None else parse_draft_max(args.draft_max)
-    except ValueError as error:
-        raise InvalidParameterError(f"--draft-max: {error}.") from None
+        draft_max = (defaults.draft_max if args.draft_max is None
+                     else parse_draft_max(args.draft_max))
+    except InvalidParameterError as error:
+        raise InvalidParameterError(f"--draft-max: {error}") from None
     settings = ChatSettings(
-        speculative=not args.no_spec,
+        speculative=not args.no_speculation,
         draft_max=draft_max,
-        temperature=args.temperature if args.temperature is not None else (
-            choice.temperature if choice.temperature is not None else 0.8
-        ),
+        temperature=defaults.temperature if args.temperature is None else args.temperature,
         max_tokens=args.max_tokens,
         seed=args.seed,
         system_prompt=args.system or None,
@@ -61,8 +65,7 @@ def settings_from_args(args: argparse.Namespace, choice: ModelChoice) -> ChatSet
 
 def resolve_models(args: argparse.Namespace) -> ModelChoice:
     """A pair (default: the embedded default) or --target/--draft, as the other commands."""
-    if args.pair and args.target:
-        raise InvalidParameterError("Give either a PAIR name or --target, not both.")
+    pair_name(args)
     return choose_models(args)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from localspec.loading import EAGLE3_PREFIX, HYBRID_PREFIX, draft_model_path
 from localspec.model_kind import ModelKind
 from localspec.types import EngineInfo
 
@@ -12,17 +11,15 @@ from .widgets.status import ModelLine
 
 KEYS = "Enter sends · F1 help · F2 speculation · F5 colours · Esc stops · Ctrl+Q quits"
 
-KEYWORD_DRAFTERS = ("ngram", "none")
 
 
 def drafter_label(info: EngineInfo) -> str:
-    if info.drafter in KEYWORD_DRAFTERS:
-        return info.drafter
-    if info.drafter.startswith(HYBRID_PREFIX):
-        return "ngram+" + Path(draft_model_path(info.drafter)).stem
-    if info.drafter.startswith(EAGLE3_PREFIX):
-        return "ngram+eagle3 " + Path(draft_model_path(info.drafter)).stem
-    return Path(info.drafter).stem
+    spec = info.drafter_spec
+    if spec.path is None:
+        return spec.kind
+    stem = Path(spec.path).stem
+    labels = {"model": stem, "hybrid": "ngram+" + stem, "eagle3": "ngram+eagle3 " + stem}
+    return labels[spec.kind]
 
 
 def pair_label(info: EngineInfo) -> str:
@@ -46,7 +43,7 @@ def memory_summary(info: EngineInfo) -> str:
 
     Falls back to the files' sizes when the planner cannot read the models.
     """
-    draft = None if info.drafter in KEYWORD_DRAFTERS else draft_model_path(info.drafter)
+    draft = info.drafter_spec.path
     try:
         from localspec.planner import format_bytes, plan_from_files
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from localspec.grammar import JSON_OBJECT_GBNF
-from localspec.types import DraftMax, GenerationParams
+from localspec.types import DraftMax, GenerationParams, generation_rule_violation
+from localspec.types import parse_draft_max as parse_draft_max  # "auto" or 0-64, for /k
 
 DRAFT_CYCLE: tuple[DraftMax, ...] = ("auto", 1, 2, 3, 4, 5, 6, 8)
 TEMPERATURE_CYCLE: tuple[float, ...] = (0.0, 0.2, 0.5, 0.8, 1.0)
@@ -16,8 +17,8 @@ class ChatSettings:
     """What the next reply is generated with; every field can change between replies."""
 
     speculative: bool = True
-    draft_max: DraftMax = "auto"
-    temperature: float = 0.8
+    draft_max: DraftMax = GenerationParams.draft_max
+    temperature: float = GenerationParams.temperature
     max_tokens: int = 512
     seed: int | None = None
     system_prompt: str | None = None
@@ -56,25 +57,12 @@ def _next_in(cycle: tuple[DraftMax, ...] | tuple[float, ...], value: object) -> 
     return values[0]  # type: ignore[return-value]
 
 
-def parse_draft_max(text: str) -> DraftMax:
-    """``"auto"`` or an integer in [0, 64]; raises ValueError with a readable message."""
-    text = text.strip().lower()
-    if text == "auto":
-        return "auto"
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"draft length must be 'auto' or an integer, not {text!r}") from None
-    if not 0 <= value <= 64:
-        raise ValueError(f"draft length must be between 0 and 64, not {value}")
-    return value
-
-
 def parse_temperature(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise ValueError(f"temperature must be a number, not {text!r}") from None
-    if not 0.0 <= value <= 100.0:
-        raise ValueError(f"temperature must be between 0 and 100, not {value}")
+    rule = generation_rule_violation("temperature", value)
+    if rule is not None:
+        raise ValueError(f"temperature {value:g} is invalid: {rule}")
     return value
