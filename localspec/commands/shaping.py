@@ -9,23 +9,30 @@ from typing import Any
 
 from localspec.errors import InvalidParameterError
 from localspec.grammar import json_schema_to_gbnf, load_json_schema
+from localspec.types import GenerationParams
 
 
 def add_shaping_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("penalties and structured output")
-    group.add_argument("--repeat-penalty", type=float, default=1.0,
-                       help="divide the logits of recent tokens by this (1.0 = off)")
-    group.add_argument("--frequency-penalty", type=float, default=0.0,
-                       help="lower recent tokens' logits by this times their count (0 = off)")
-    group.add_argument("--presence-penalty", type=float, default=0.0,
-                       help="lower the logits of tokens seen recently by this (0 = off)")
+    d = GenerationParams()  # the defaults' one owner
+    group.add_argument("--repeat-penalty", type=float, default=d.repeat_penalty,
+                       help="divide the logits of recent tokens by this "
+                       f"(1.0 = off; default: {d.repeat_penalty})")
+    group.add_argument("--frequency-penalty", type=float, default=d.frequency_penalty,
+                       help="lower recent tokens' logits by this times their count "
+                       f"(0 = off; default: {d.frequency_penalty})")
+    group.add_argument("--presence-penalty", type=float, default=d.presence_penalty,
+                       help="lower the logits of tokens seen recently by this "
+                       f"(0 = off; default: {d.presence_penalty})")
     group.add_argument("--repeat-last-n", "--penalty-last-n", dest="penalty_last_n", type=int,
-                       default=64, help="how many recent tokens the penalties look at "
-                       "(-1 = the whole context, 0 = off; default 64)")
+                       default=d.penalty_last_n, help="how many recent tokens the penalties look "
+                       f"at (-1 = the whole context, 0 = off; default: {d.penalty_last_n})")
     group.add_argument("--grammar", metavar="FILE",
-                       help="constrain the output to this GBNF grammar (llama.cpp's syntax)")
+                       help="constrain the output to this GBNF grammar (llama.cpp's syntax; "
+                       "default: none)")
     group.add_argument("--json-schema", metavar="FILE",
-                       help="constrain the output to JSON valid against this JSON Schema")
+                       help="constrain the output to JSON valid against this JSON Schema "
+                       "(default: none)")
 
 
 def shaping_fields(args: argparse.Namespace) -> dict[str, Any]:
