@@ -125,6 +125,18 @@ public:
         return py::array_t<float>(static_cast<py::ssize_t>(logits.size()), logits.data());
     }
 
+    py::array_t<float> pass_logits(const std::vector<Token>& tokens, int rows) {
+        std::vector<float> logits;
+        {
+            py::gil_scoped_release release;
+            logits = engine().pass_logits(tokens, rows);
+        }
+        const auto n_vocab = static_cast<py::ssize_t>(engine().target().vocab().n_tokens);
+        py::array_t<float> out({static_cast<py::ssize_t>(logits.size()) / n_vocab, n_vocab});
+        std::copy(logits.begin(), logits.end(), out.mutable_data());
+        return out;
+    }
+
     std::vector<double> pass_seconds(const std::vector<Token>& context, int max_rows, int repeats) {
         py::gil_scoped_release release;
         return engine().pass_seconds(context, max_rows, repeats);
@@ -205,6 +217,9 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("draft_p_min", &EngineOptions::draft_p_min)
         .def_readwrite("controller_k_max", &EngineOptions::controller_k_max)
         .def_readwrite("fast_head", &EngineOptions::fast_head)
+        .def_readwrite("exact", &EngineOptions::exact)
+        .def_readwrite("repack", &EngineOptions::repack)
+        .def_readwrite("flash_attn", &EngineOptions::flash_attn)
         .def_readwrite("kv_type", &EngineOptions::kv_type)
         .def_readwrite("verbose", &EngineOptions::verbose);
 
@@ -266,6 +281,7 @@ PYBIND11_MODULE(_core, m) {
         .def(py::init<const EngineOptions&>())
         .def("generate", &Core::generate, py::arg("request"), py::arg("on_chunk") = py::none())
         .def("next_token_logits", &Core::next_token_logits, py::arg("tokens"), py::arg("batch_rows") = 1)
+        .def("pass_logits", &Core::pass_logits, py::arg("tokens"), py::arg("rows"))
         .def("pass_seconds", &Core::pass_seconds, py::arg("context"), py::arg("max_rows"), py::arg("repeats"))
         .def("replay_greedy", &Core::replay_greedy)
         .def("controller_memory", [](Core& c) { return c.engine().controller_memory(); })

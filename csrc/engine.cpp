@@ -17,13 +17,19 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Exact mode's attention settings (docs/exact.md has the measurements behind them).
+constexpr int kExactFlashAttn = 1;
+constexpr const char* kExactKvType = "q8_0";
+
 double seconds_since(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 std::shared_ptr<Model> load_target(const EngineOptions& options) {
     backend_init(options.verbose);
-    return std::make_shared<Model>(ModelOptions{options.target_path, options.n_gpu_layers_target});
+    ModelOptions model{options.target_path, options.n_gpu_layers_target};
+    model.repack = options.repack && !options.exact;
+    return std::make_shared<Model>(model);
 }
 
 ContextOptions context_options(const EngineOptions& options, bool fast_head) {
@@ -56,9 +62,13 @@ DrafterSpec parse_drafter(const std::string& drafter) {
     return {"model", drafter, false};
 }
 
-// The target's context; with an EAGLE-3 head it records the hidden states the head reads.
+// The target's context: the numerics knobs, or exact mode's fixed choice (docs/exact.md); with
+// an EAGLE-3 head it records the hidden states the head reads.
 ContextOptions target_options(const EngineOptions& options, const Model& target) {
-    ContextOptions out = context_options(options, options.fast_head);
+    ContextOptions out = context_options(options, options.fast_head || options.exact);
+    out.flash_attn = options.exact ? kExactFlashAttn : options.flash_attn;
+    out.kv_type = options.exact ? kExactKvType : options.kv_type;
+    out.exact = options.exact;
     const DrafterSpec spec = parse_drafter(options.drafter);
     if (spec.kind == "eagle3") {
         const Eagle3Info info = read_eagle3_info(spec.path);
@@ -90,7 +100,8 @@ std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, const Model&
 }  // namespace
 
 SpecEngine::SpecEngine(const EngineOptions& options)
-    : target_model_(load_target(options)),
+    : exact_(options.exact),
+      target_model_(load_target(options)),
       target_(*target_model_, target_options(options, *target_model_)),
       drafter_(make_drafter(options, *target_model_, target_)),
       controller_(drafter_ ? options.controller_k_max : 0) {}
@@ -370,6 +381,22 @@ std::vector<float> SpecEngine::next_token_logits(const std::vector<Token>& token
     target_.decode(std::vector<Token>(tokens.end() - static_cast<long>(rows), tokens.end()), static_cast<int>(rows));
     const float* row = target_.logits(static_cast<int>(rows) - 1);
     return std::vector<float>(row, row + target_.n_vocab());
+}
+
+std::vector<float> SpecEngine::pass_logits(const std::vector<Token>& tokens, int rows) {
+    GenerateRequest probe;
+    probe.prompt = tokens;
+    check_request(probe);
+    const size_t n = static_cast<size_t>(std::clamp(rows, 1, static_cast<int>(tokens.size())));
+    target_.sync(std::vector<Token>(tokens.begin(), tokens.end() - static_cast<long>(n)), 0);
+    target_.decode(std::vector<Token>(tokens.end() - static_cast<long>(n), tokens.end()), static_cast<int>(n));
+    const size_t n_vocab = static_cast<size_t>(target_.n_vocab());
+    std::vector<float> out(n * n_vocab);
+    for (size_t r = 0; r < n; ++r) {
+        const float* row = target_.logits(static_cast<int>(r));
+        std::copy(row, row + n_vocab, out.begin() + static_cast<long>(r * n_vocab));
+    }
+    return out;
 }
 
 std::vector<double> SpecEngine::pass_seconds(const std::vector<Token>& context, int max_rows, int repeats) {

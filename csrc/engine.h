@@ -37,6 +37,12 @@ struct EngineOptions {
     int controller_k_max = kAutoDraftMax;  // the longest draft the adaptive controller may choose
     bool fast_head = true;  // logits from localspec's Q8_0 head when possible (target and draft)
     std::string kv_type = "f16";  // KV cache type of both contexts (ggml's type name)
+    // Exact mode (docs/exact.md): every target row gets the same logits bits whatever the
+    // pass's row count, so speculative output equals plain output bit for bit. It overrides
+    // repack, flash_attn and the target's kv_type, knobs that exist to measure them one by one.
+    bool exact = false;
+    bool repack = true;  // llama.cpp's repacked CPU weight layouts (target)
+    int flash_attn = -1;  // -1 llama.cpp's choice, 0 off, 1 on (target)
     bool verbose = false;
 };
 
@@ -86,6 +92,7 @@ public:
     std::string verify_head() const { return target_.batch_head(); }
     std::string draft_head() const { return drafter_ ? drafter_->head() : ""; }
     std::string last_logits_head() const { return target_.last_head(); }
+    bool exact() const { return exact_; }
 
     GenerateResult generate(const GenerateRequest& request, const ChunkCallback& on_chunk);
 
@@ -94,6 +101,8 @@ public:
     // batch over the last batch_rows tokens. Batched and single-row passes may differ in the
     // low bits; comparing the two tells a numerical tie from a real divergence.
     std::vector<float> next_token_logits(const std::vector<Token>& tokens, int batch_rows = 1);
+    // Every row's logits ([row][n_vocab]) of one target pass over the last `rows` tokens.
+    std::vector<float> pass_logits(const std::vector<Token>& tokens, int rows);
 
     // Median seconds of a greedy verification pass (decode, then the argmax of every row) over
     // the last r tokens of `context`, for r = 1 .. max_rows (index r; index 0 is 0), measured
@@ -129,6 +138,7 @@ private:
     void trim_to_grammar(Draft& draft);
     std::vector<TokenLogprob> step_logprobs(const std::vector<Token>& tokens, int n_top) const;
 
+    bool exact_ = false;
     std::shared_ptr<Model> target_model_;
     Context target_;
     std::unique_ptr<Drafter> drafter_;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "exact_head.h"
 #include "q6k_head.h"
 #include "q8_head.h"
 
@@ -23,7 +24,8 @@ void HeadHook::inspect(const ggml_tensor* out) {
                               std::strcmp(hidden->name, "result_norm") == 0;
     const bool q8_0 = weights && weights->type == GGML_TYPE_Q8_0;
     const bool q6_k = weights && weights->type == GGML_TYPE_Q6_K;
-    if (plain_matmul && (q8_0 || q6_k) && ggml_is_contiguous(weights) && is_host(weights)) {
+    const bool ours = exact_ ? ExactHead::supports(weights) : (q8_0 || q6_k) && ggml_is_contiguous(weights);
+    if (plain_matmul && ours && is_host(weights)) {
         weights_ = weights;
     }
 }
@@ -52,7 +54,9 @@ bool HeadHook::after_decode(int n_rows, int n_vocab, int n_threads) {
     if (!head_ && weights_) {
         const int64_t rows = weights_->ne[1];
         const int n_embd = static_cast<int>(weights_->ne[0]);
-        if (rows == n_vocab && weights_->type == GGML_TYPE_Q8_0) {
+        if (rows == n_vocab && exact_) {
+            head_ = std::make_unique<ExactHead>(weights_);
+        } else if (rows == n_vocab && weights_->type == GGML_TYPE_Q8_0) {
             head_ = std::make_unique<Q8Head>(static_cast<const Q8Block*>(weights_->data), rows, n_embd);
         } else if (rows == n_vocab && weights_->type == GGML_TYPE_Q6_K) {
             head_ = std::make_unique<Q6KHead>(static_cast<const Q6KBlock*>(weights_->data), rows, n_embd);

@@ -22,6 +22,8 @@ class HeadHook {
 public:
     static bool on_graph_node(ggml_tensor* t, bool ask, void* user_data);  // the eval callback
 
+    // Exact mode: the head is ExactHead (exact_head.h) for any weight type ggml can multiply.
+    void set_exact(bool exact) { exact_ = exact; }
     bool ready() const { return head_ != nullptr; }
     const char* name() const { return head_ ? head_->name() : "llama.cpp"; }
     // Before a decode: stop its graph after the final norm (only once ready()).
@@ -34,10 +36,11 @@ public:
 private:
     void inspect(const ggml_tensor* out);
 
+    bool exact_ = false;
     bool armed_ = false;  // for the coming decode: stop after result_norm
     bool captured_ = false;  // the last decode stopped there; hidden_ holds its rows
     bool inspected_ = false;
-    const ggml_tensor* weights_ = nullptr;  // a Q8_0 or Q6_K head in CPU memory, once seen
+    const ggml_tensor* weights_ = nullptr;  // a head in CPU memory we can compute, once seen
     std::vector<float> hidden_;
     std::unique_ptr<OutputHead> head_;
     std::vector<float> logits_;  // [row][n_vocab] of the last captured decode

@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cmath>
 #include <cstdio>
@@ -109,6 +110,7 @@ Model::Model(const ModelOptions& options) : impl_(std::make_unique<Impl>()), pat
     llama_model_params params = llama_model_default_params();
     params.n_gpu_layers = options.n_gpu_layers;
     params.vocab_only = options.vocab_only;
+    params.use_extra_bufts = options.repack;
 
     take_last_error();
     impl_->model = llama_model_load_from_file(path_.c_str(), params);
@@ -246,6 +248,11 @@ struct Context::Impl {
     TargetHooks hooks;  // the head hook and the layer tap
     HeadHook& hook = hooks.hook;
     bool used_head = false;  // the last decode's logits come from `hook`
+    bool exact = false;
+    bool pad_rows = false;  // exact mode with sgemm-type matrices (pad_batch)
+    struct {
+        int front = 0, back = 0;  // output rows added before / after the asked-for ones
+    } padding;  // of the last decode's last piece
     ~Impl() {
         if (batch.token) llama_batch_free(batch);
         if (ctx) llama_free(ctx);
@@ -269,6 +276,68 @@ GraphTap layer_tap(const Model& model, const std::vector<int>& layers) {
     return GraphTap(names);
 }
 
+// Whether any decode has run in this process (exact mode must choose its kernels before).
+std::atomic<bool>& decoded_once() {
+    static std::atomic<bool> flag{false};
+    return flag;
+}
+
+// llama.cpp's tiled K-quant matmul (ggml-cpu/tiled) takes batches of 8 rows and more and sums
+// in another order than its one-row dot products; it reads GGML_CPU_TILED_MM once per process,
+// at the first K-quant product. Exact mode turns it off before that.
+void require_untiled_matmul() {
+    const char* env = std::getenv("GGML_CPU_TILED_MM");
+    if (env && std::string(env) == "0") return;
+    if (decoded_once().load()) {
+        throw UserError(ErrorKind::InvalidParameter,
+                        "exact mode must be chosen before any model has run in this process (llama.cpp "
+                        "picks its kernels once); load the exact engine first, or set GGML_CPU_TILED_MM=0.");
+    }
+#ifdef _WIN32
+    _putenv_s("GGML_CPU_TILED_MM", "0");
+#else
+    setenv("GGML_CPU_TILED_MM", "0", 1);
+#endif
+}
+
+// Whether the model's matrices are mostly F32, F16 or BF16 (general.file_type 0, 1 or 32): the
+// types whose llamafile sgemm sums in another order than the one-row dot product.
+bool has_sgemm_matrices(const Model& model) {
+    const std::string file_type = model.metadata("general.file_type");
+    return file_type == "0" || file_type == "1" || file_type == "32";
+}
+
+struct Padding {
+    int front = 0, back = 0;  // output rows added before / after the asked-for ones
+    bool extra_token = false;  // a second row was added (its cache entry goes afterwards)
+};
+
+// Exact mode on a model with F16/BF16/F32 matrices: llama.cpp multiplies those by llamafile's
+// sgemm from 2 rows on and by a one-row dot product otherwise, which sum in different orders.
+// So no graph may hold a single row (a second one is added, the same token one position on,
+// and removed from the cache afterwards), and no graph a single output row (the last layer
+// after attention runs on output rows only: the row before the output row asks for logits too).
+Padding pad_batch(llama_batch& batch) {
+    Padding pad;
+    const int n = batch.n_tokens;
+    int outputs = 0;
+    for (int j = 0; j < n; ++j) outputs += batch.logits[j] ? 1 : 0;
+    if (n == 1) {
+        batch.token[1] = batch.token[0];
+        batch.pos[1] = batch.pos[0] + 1;
+        batch.n_seq_id[1] = 1;
+        batch.seq_id[1][0] = 0;
+        batch.logits[1] = batch.logits[0];
+        batch.n_tokens = 2;
+        pad.back = outputs;
+        pad.extra_token = true;
+    } else if (outputs == 1 && batch.logits[n - 1] && !batch.logits[n - 2]) {
+        batch.logits[n - 2] = 1;
+        pad.front = 1;
+    }
+    return pad;
+}
+
 ggml_type kv_cache_type(const std::string& name) {
     for (int t = 0; t < GGML_TYPE_COUNT; ++t) {
         const auto type = static_cast<ggml_type>(t);
@@ -284,6 +353,10 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
     llama_context_params params = llama_context_default_params();
     params.type_k = kv_cache_type(options.kv_type);
     params.type_v = params.type_k;
+    params.flash_attn_type = options.flash_attn < 0    ? LLAMA_FLASH_ATTN_TYPE_AUTO
+                             : options.flash_attn == 0 ? LLAMA_FLASH_ATTN_TYPE_DISABLED
+                                                       : LLAMA_FLASH_ATTN_TYPE_ENABLED;
+    if (options.exact) require_untiled_matmul();
     int threads = options.n_threads > 0 ? options.n_threads
                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     params.n_ctx = static_cast<uint32_t>(options.n_ctx);
@@ -297,8 +370,17 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
     // window size only (Gemma 3, Mistral) evicts old positions as new ones arrive, and after a
     // rollback those would be missing from the window: keep the full-size cache instead.
     params.swa_full = true;
-    impl_->fast_head = options.fast_head && !vnni_kernel_names().empty();
+    // Exact mode always computes the head (exact_head.h); the batched heads need VNNI.
+    impl_->fast_head = options.exact || (options.fast_head && !vnni_kernel_names().empty());
     impl_->hooks.fast_head = impl_->fast_head;
+    impl_->hook.set_exact(options.exact);
+    impl_->exact = options.exact;
+    impl_->pad_rows = options.exact && has_sgemm_matrices(model);
+    if (impl_->pad_rows && !options.tap_layers.empty()) {
+        throw UserError(ErrorKind::InvalidParameter,
+                        "exact mode cannot yet feed a hidden-state drafter from an F16/BF16/F32 target (its "
+                        "single rows are padded); use a quantized target or leave out --exact.");
+    }
     impl_->hooks.tap = layer_tap(model, options.tap_layers);
     if (impl_->fast_head || !impl_->hooks.tap.empty()) {
         params.cb_eval = on_target_node;
@@ -333,8 +415,10 @@ int Context::n_ctx() const { return static_cast<int>(llama_n_ctx(impl_->ctx)); }
 
 void Context::decode(const std::vector<Token>& tokens, int n_logits) {
     const size_t n = tokens.size();
-    const size_t n_batch = static_cast<size_t>(impl_->n_batch);
-    if (n_logits > impl_->n_batch) throw std::logic_error("more logits rows than n_batch");
+    // Exact mode decodes one llama.cpp graph (n_ubatch rows) per call, so that no graph of a
+    // long input is left with the single row that would take other kernels (pad_batch).
+    const size_t n_batch = static_cast<size_t>(impl_->exact ? impl_->n_ubatch : impl_->n_batch);
+    if (n_logits > static_cast<int>(n_batch)) throw std::logic_error("more logits rows than n_batch");
     const size_t first_logit = n - std::min(n, static_cast<size_t>(std::max(n_logits, 0)));
     // The first piece takes the remainder so that the last piece is full and holds every row
     // that asks for logits (llama.cpp keeps only the last decode call's outputs).
@@ -354,19 +438,25 @@ void Context::decode(const std::vector<Token>& tokens, int n_logits) {
         // The hook takes the rows of one graph: llama.cpp runs a graph per n_ubatch tokens, so
         // a piece longer than that (rows with logits could fall in two graphs) keeps llama.cpp's
         // head.
-        const bool last = end == n, one_graph = end - start <= static_cast<size_t>(impl_->n_ubatch);
+        const bool last = end == n;
+        const Padding pad = impl_->pad_rows ? pad_batch(batch) : Padding{};
+        const bool one_graph = batch.n_tokens <= impl_->n_ubatch;
         if (impl_->fast_head) impl_->hook.before_decode(last && one_graph && n > first_logit);
+        decoded_once().store(true);
         const int32_t rc = llama_decode(impl_->ctx, batch);
         if (rc != 0) {
             throw std::runtime_error("llama_decode failed with code " + std::to_string(rc) + ": " +
                                      take_last_error());
         }
+        if (pad.extra_token) llama_memory_seq_rm(llama_get_memory(impl_->ctx), 0, batch.pos[batch.n_tokens - 1], -1);
+        if (last) impl_->padding = {pad.front, pad.back};
         kv_tokens_.insert(kv_tokens_.end(), tokens.begin() + static_cast<long>(start),
                           tokens.begin() + static_cast<long>(end));
         record_features();
     }
     n_logits_ = static_cast<int>(n - first_logit);
-    impl_->used_head = impl_->fast_head && impl_->hook.after_decode(n_logits_, n_vocab_, impl_->n_threads);
+    const int captured = n_logits_ + impl_->padding.front + impl_->padding.back;
+    impl_->used_head = impl_->fast_head && impl_->hook.after_decode(captured, n_vocab_, impl_->n_threads);
 }
 
 const char* Context::batch_head() const { return impl_->hook.name(); }
@@ -377,8 +467,8 @@ const float* Context::logits(int row) const {
     // Rows with logits are the last n_logits_ tokens of the last decode call; llama.cpp
     // indexes them by batch position, so count from the end of that (last) batch.
     if (row < 0 || row >= n_logits_) throw std::out_of_range("logits row out of range");
-    if (impl_->used_head) return impl_->hook.logits(row, n_vocab_);
-    const float* out = llama_get_logits_ith(impl_->ctx, row - n_logits_);
+    if (impl_->used_head) return impl_->hook.logits(row + impl_->padding.front, n_vocab_);
+    const float* out = llama_get_logits_ith(impl_->ctx, row - n_logits_ - impl_->padding.back);
     if (!out) throw std::runtime_error("llama.cpp returned no logits for row " + std::to_string(row));
     return out;
 }

@@ -20,6 +20,9 @@ struct ModelOptions {
     std::string path;
     int n_gpu_layers = -1;  // -1: as many as the backend can hold (all); 0: CPU only
     bool vocab_only = false;  // metadata and vocabulary only (no weights)
+    // llama.cpp's repacked weight layouts on the CPU (use_extra_bufts): faster batches, but a
+    // row's bits then depend on how many rows share the pass (docs/exact.md).
+    bool repack = true;
 };
 
 struct VocabInfo {
@@ -80,6 +83,10 @@ struct ContextOptions {
     // Context::features). Empty: none.
     std::vector<int> tap_layers;
     std::string kv_type = "f16";  // the KV cache's element type: f16, q8_0, ... (ggml's names)
+    // Numerics (docs/exact.md). flash_attn: -1 llama.cpp's choice, 0 off, 1 on. exact: every
+    // row of a pass gets the same logits bits whatever the number of rows (exact_head.h).
+    int flash_attn = -1;
+    bool exact = false;
 };
 
 // One llama_context with a single sequence, plus the list of tokens its KV cache holds.

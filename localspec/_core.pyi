@@ -22,6 +22,9 @@ class EngineOptions:
     draft_p_min: float
     controller_k_max: int
     fast_head: bool
+    exact: bool
+    repack: bool
+    flash_attn: int
     kv_type: str
     verbose: bool
     def __init__(self) -> None: ...
@@ -127,6 +130,7 @@ class Core:
     def next_token_logits(
         self, tokens: list[int], batch_rows: int = 1
     ) -> npt.NDArray[np.float32]: ...
+    def pass_logits(self, tokens: list[int], rows: int) -> npt.NDArray[np.float32]: ...
     def pass_seconds(self, context: list[int], max_rows: int, repeats: int) -> list[float]: ...
     def replay_greedy(
         self, prompt: list[int], tokens: list[int], rows: list[int], emitted: list[int]

@@ -137,7 +137,9 @@ class Engine:
         ``n_gpu_layers_draft``, ``draft_sampling`` (a draft model samples its tokens from q at
         temperature > 0, else drafts greedily), ``draft_p_min`` (a draft model stops drafting
         when its most likely token is below this probability), ``fast_head`` (logits from
-        localspec's Q8_0/Q6_K CPU head where it applies), ``kv_type`` and ``verbose``.
+        localspec's Q8_0/Q6_K CPU head where it applies), ``kv_type``, ``exact`` (batch-invariant
+        target passes, so speculative output equals plain output bit for bit: docs/exact.md)
+        and ``verbose``.
         """
         spec = draft if isinstance(draft, DrafterSpec) else DrafterSpec.parse(str(draft))
         return cls(LoadOptions(target=str(target), draft=spec, **options), max_queue=max_queue)
@@ -190,6 +192,11 @@ class Engine:
         (or, with ``batch_rows`` > 1, as the last row of a verification batch over the last
         ``batch_rows`` tokens). Runs on the engine thread."""
         return self._call(lambda: self._core.next_token_logits(list(tokens), batch_rows))
+
+    def pass_logits(self, tokens: Sequence[int], rows: int) -> np.ndarray:
+        """Every row's logits ([rows, n_vocab]) of one target pass over the last ``rows`` of
+        ``tokens`` (the rest from the cache). Runs on the engine thread."""
+        return self._call(lambda: self._core.pass_logits(list(tokens), rows))
 
     def pass_seconds(self, context: Sequence[int], max_rows: int, repeats: int = 5) -> list[float]:
         """Median seconds of a greedy verification pass over the last r tokens of `context`, for

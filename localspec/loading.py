@@ -52,6 +52,9 @@ class LoadOptions:
     # when the model's head allows it; False: always llama.cpp's.
     fast_head: bool = True
     kv_type: str = "f16"  # the KV cache type of both models (planner.KV_TYPES)
+    # Exact mode (docs/exact.md): batch-invariant target passes, so speculative output equals
+    # plain output bit for bit. A load-time choice (llama.cpp's kernels and cache type).
+    exact: bool = False
     verbose: bool = False
 
     def __post_init__(self) -> None:
@@ -170,6 +173,7 @@ def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:
     core_options.draft_p_min = options.draft_p_min
     core_options.fast_head = options.fast_head
     core_options.kv_type = options.kv_type
+    core_options.exact = options.exact
     core_options.verbose = options.verbose
     core = _core.Core(core_options)
     try:
@@ -194,6 +198,7 @@ def _engine_info(core: _core.Core, options: LoadOptions, notice: str) -> EngineI
         bos_text=core.token_text(bos) if bos >= 0 else "",
         eos_text=core.token_text(eos) if eos >= 0 else "",
         verify_head=core.verify_head(),
+        exact=options.exact,
         draft_head=core.draft_head(),
         memory=core.memory_kind(),
         notice=notice,

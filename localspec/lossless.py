@@ -41,9 +41,11 @@ class Divergence:
 
 
 def compare_greedy(
-    target: Target, prompt: Sequence[int], plain: Sequence[int], result: GenerationResult
+    target: Target, prompt: Sequence[int], plain: Sequence[int], result: GenerationResult,
+    *, exact: bool = False,
 ) -> Divergence | None:
-    """None when the speculative tokens equal the plain ones; else where and why they differ."""
+    """None when the speculative tokens equal the plain ones; else where and why they differ.
+    ``exact``: the engine runs in exact mode, where no tie excuses a difference (always "NO")."""
     actual = result.tokens
     j = next((i for i, (a, b) in enumerate(zip(plain, actual, strict=False)) if a != b), None)
     if j is None:
@@ -52,5 +54,5 @@ def compare_greedy(
     single = target.next_token_logits(list(prompt) + list(plain[:j]))
     margin = float(single[a] - single[b])
     mismatch = target.replay_greedy(prompt, result)
-    tie = abs(margin) <= TIE_TOLERANCE or mismatch == -1
+    tie = not exact and (abs(margin) <= TIE_TOLERANCE or mismatch == -1)
     return Divergence(j, a, b, margin, mismatch, "tie" if tie else "NO")

@@ -238,6 +238,8 @@ class EngineInfo:
     # Which head computes the target's logits (verification and plain decoding alike):
     # "localspec-q8_0", "localspec-q6_k" or "llama.cpp".
     verify_head: str = "llama.cpp"
+    # Exact mode: every target row's logits are the same bits whatever the pass (docs/exact.md).
+    exact: bool = False
     # The same for a draft model's logits; "" for drafters without a model (n-gram, none).
     draft_head: str = ""
     # How the target remembers a sequence: "attention", "recurrent" or "hybrid" (the last two

@@ -78,7 +78,8 @@ def run_comparison(
                 run.plain_tokens = list(plain_tokens)
             if params.temperature == 0 and plain_tokens != spec.tokens:
                 run.identical = False
-                divergence = compare_greedy(engine, run.prompt_tokens, plain_tokens, spec)
+                divergence = compare_greedy(engine, run.prompt_tokens, plain_tokens, spec,
+                                            exact=engine.info.exact)
                 if divergence is not None:
                     run.divergences.append(divergence)
             done += 1

@@ -37,6 +37,7 @@ from localspec.convert import AUTO_DRAFT_MAX
 from localspec.drafter_spec import DrafterSpec
 from localspec.engine import Engine
 from localspec.errors import InvalidParameterError
+from localspec.invariance import MAX_ROWS, differing_row_counts
 from localspec.learned import restore_saved
 from localspec.loading import DEFAULT_N_CTX
 from localspec.prompts import Prompt, load_prompts
@@ -212,9 +213,9 @@ def run(args: argparse.Namespace) -> int:
             with Engine.load(target, draft=draft, n_ctx=args.ctx or DEFAULT_N_CTX,
                              n_threads=args.threads, draft_p_min=0.0,
                              fast_head=not args.llama_head, kv_type=args.kv_type,
-                             verbose=args.verbose) as engine:
+                             exact=args.exact, verbose=args.verbose) as engine:
                 measured = _measure(engine, prompts, params, args, engine.info.drafter_spec)
-                heads = _heads(engine)
+                heads = _heads(engine, measured.runs)
             outcome = _outcome(args, str(target), measured, params)
         header: dict[str, Any] = {"target": "synthetic", "drafter": "synthetic",
                                   "synthetic": asdict(spec), "saved_stats_used": False}
@@ -223,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
         with load_engine(args, choice) as engine:
             used_saved = args.saved_stats and restore_saved(engine)
             measured = _measure(engine, prompts, params, args, choice.drafter)
-            heads = _heads(engine)
+            heads = _heads(engine, measured.runs)
         outcome = _outcome(args, choice.target, measured, params)
         header = {"target": choice.target, "drafter": str(choice.drafter),
                   "saved_stats_used": used_saved}
@@ -231,12 +232,30 @@ def run(args: argparse.Namespace) -> int:
     header.update(max_tokens=args.max_tokens,
                   temperature=args.temperature, draft_max=draft_max, repeat=args.repeat)
     _show(args, header, outcome)
+    if header.get("rows_differing"):
+        return 1  # exact mode broke its promise
     return 0 if outcome.report.overall.identical != "NO" or args.temperature > 0 else 1
 
 
-def _heads(engine: Engine) -> dict[str, str]:
-    """Which heads computed the target's and the draft model's logits (README: output head)."""
-    return {"verify_head": engine.info.verify_head, "draft_head": engine.info.draft_head}
+def _heads(engine: Engine, runs: list[PromptRun]) -> dict[str, Any]:
+    """Which heads computed the target's and the draft model's logits (README: output head),
+    the mode, and in exact mode whether passes of 1 .. 16 rows gave the first prompt's last
+    positions the bits of single-token passes (docs/exact.md)."""
+    out: dict[str, Any] = {"verify_head": engine.info.verify_head,
+                           "draft_head": engine.info.draft_head,
+                           "mode": "exact" if engine.info.exact else "default"}
+    tokens = runs[0].prompt_tokens + runs[0].plain_tokens if runs else []
+    if engine.info.exact and len(tokens) > MAX_ROWS:
+        out["rows_differing"] = differing_row_counts(engine, tokens)
+    return out
+
+
+def _invariance_note(header: dict[str, Any]) -> str:
+    if "rows_differing" not in header:
+        return ""
+    rows = header["rows_differing"]
+    return (" (passes of 1-16 rows: bit-identical)" if not rows
+            else f" (BUG: passes of {rows} rows differ from single-token passes)")
 
 
 def _results(header: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
@@ -266,6 +285,7 @@ def _show(args: argparse.Namespace, header: dict[str, Any], outcome: Outcome) ->
     console = Console(width=100)  # the main table fits in 100 columns
     wide = Console(width=max(Console().width, 140))
     console.print(f"target {header['target']} | drafter {header['drafter']} | "
+                  f"mode {header['mode']}{_invariance_note(header)} | "
                   f"target head {header['verify_head']}"
                   + (f" | draft head {header['draft_head']}" if header["draft_head"] else "")
                   + f" | {header['max_tokens']} tokens | "

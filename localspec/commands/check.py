@@ -136,6 +136,7 @@ def _measure(args: argparse.Namespace, choice: ModelChoice,
         used_saved = args.saved_stats and restore_saved(engine)
         runs = run_comparison(engine, prompts, params, progress=progress)
         heads = {"verify_head": engine.info.verify_head, "draft_head": engine.info.draft_head,
+                 "mode": "exact" if engine.info.exact else "default",
                  "saved_stats_used": used_saved}
     return summarize(runs), len(prompts), plan_summary(plan), heads
 
@@ -188,6 +189,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"Memory: {memory}")
         draft = f" | draft head: {heads['draft_head']}" if heads["draft_head"] else ""
+        print(f"Mode: {heads['mode']}" + (" (batch-invariant passes: any difference from plain "
+                                          "output is a bug)" if heads["mode"] == "exact" else ""))
         print(f"Target head: {heads['verify_head']}{draft}")
         print("Controller: " + ("started from the statistics saved by earlier runs"
                                 if heads["saved_stats_used"] else

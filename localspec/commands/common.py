@@ -99,6 +99,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, positional_pair: boo
                        "localspec's faster CPU head where it applies)")
     if not loads:
         return
+    group.add_argument("--exact", action="store_true",
+                       help="exact mode: batch-invariant target passes, so speculative output "
+                       "equals plain output bit for bit (docs/exact.md) (default: off)")
     group.add_argument("--threads", type=int, default=None,
                        help="CPU threads (default: all cores)")
     group.add_argument("--n-gpu-layers", type=int, default=None,
@@ -187,7 +190,7 @@ def load_options(args: argparse.Namespace, choice: ModelChoice, plan: Plan,
     options = LoadOptions(
         target=choice.target, draft=choice.drafter, n_ctx=choice.n_ctx, n_threads=args.threads,
         n_gpu_layers=layers, n_gpu_layers_draft=draft_layers, fast_head=not args.llama_head,
-        kv_type=args.kv_type, verbose=args.verbose,
+        kv_type=args.kv_type, exact=getattr(args, "exact", False), verbose=args.verbose,
     )
     return replace(options, **overrides)
 

@@ -185,6 +185,7 @@ def json_output(result: GenerationResult, engine: Engine, params: GenerationPara
         **result.to_dict(),
         "target": engine.info.target_path,
         "drafter": engine.info.drafter,
+        "exact": engine.info.exact,
         "pair": pair,
         "params": sampling,
     }

@@ -113,7 +113,8 @@ def run_serve(args: argparse.Namespace) -> int:
             )
             name = app.state.localspec.model_name
             print(
-                f"localspec: serving '{name}' (drafter: {engine.info.drafter}) on "
+                f"localspec: serving '{name}' (drafter: {engine.info.drafter}"
+                f"{', exact mode' if engine.info.exact else ''}) on "
                 f"http://{_url_host(args.host)}:{sock.getsockname()[1]}/v1",
                 file=sys.stderr,
             )

@@ -117,6 +117,7 @@ async def health(request: Request) -> JSONResponse:
             "model": service.model_name,
             "drafter": PurePath(info.drafter).name,  # a file name: no local paths to clients
             "n_ctx": info.n_ctx,
+            "exact": info.exact,  # exact mode is chosen at load (docs/exact.md), not per request
             "queue_depth": service.queue.depth,
         }
     )

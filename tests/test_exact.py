@@ -1,0 +1,160 @@
+"""Exact mode (docs/exact.md): every target row gets the same logits bits whatever the number
+of rows in its pass, so speculative greedy output equals plain greedy output exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from localspec import _core
+from localspec.engine import Engine
+from localspec.invariance import differing_row_counts
+from localspec.prompts import load_prompts
+from localspec.synthetic import TinyConfig, write_model, write_pair
+from localspec.types import GenerationParams
+
+# Realistic width: llama.cpp repacks Q4_K weights of this shape (its batched rows then differ).
+WIDE = TinyConfig(n_embd=1024, n_head=8, n_head_kv=4, n_ff=2048, seed=11)
+TYPES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "F16"]
+TEXT = " ".join(p.text for p in load_prompts(limit_per_category=1))
+
+
+@pytest.fixture(scope="session")
+def wide_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    directory = tmp_path_factory.mktemp("exact")
+    f32 = write_model(directory / "wide-f32.gguf", WIDE, name="wide")
+    out = {}
+    for qtype in TYPES:
+        out[qtype] = directory / f"wide-{qtype}.gguf"
+        _core.quantize(str(f32), str(out[qtype]), qtype, 2)
+    return out
+
+
+def _tokens(engine: Engine, n: int) -> list[int]:
+    tokens = engine.tokenize(TEXT * 4)
+    assert len(tokens) >= n
+    return tokens[:n]
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+# 600: past the 512-entry KV split of attention; 529: a prefill of 513 tokens, one graph of
+# 512 rows and one of a single row
+@pytest.mark.parametrize("n_tokens", [48, 529, 600])
+def test_exact_rows_are_batch_invariant(wide_models: dict[str, Path], qtype: str,
+                                        n_tokens: int) -> None:
+    """Passes of 1 .. 16 rows give every row the bits of its single-token pass."""
+    with Engine.load(wide_models[qtype], draft="none", n_ctx=1024, n_threads=1,
+                     exact=True) as engine:
+        assert engine.info.exact and engine.info.verify_head == "localspec-exact"
+        assert differing_row_counts(engine, _tokens(engine, n_tokens)) == []
+
+
+def test_default_mode_rows_differ(wide_models: dict[str, Path]) -> None:
+    """Without exact mode llama.cpp's repacked Q4_K kernels give batched rows other bits: the
+    invariance check can fail."""
+    with Engine.load(wide_models["Q4_K_M"], draft="none", n_ctx=1024, n_threads=1) as engine:
+        assert not engine.info.exact
+        assert differing_row_counts(engine, _tokens(engine, 48)) != []
+
+
+@pytest.fixture(scope="module")
+def exact_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Engine]]:
+    """A wide Q4_K_M target in exact mode with an n-gram and a draft-model drafter."""
+    directory = tmp_path_factory.mktemp("exact-pair")
+    target_f32, draft_f32 = write_pair(directory, WIDE, divergence=0.1)
+    target, draft = directory / "target-q4_k_m.gguf", directory / "draft-q8_0.gguf"
+    _core.quantize(str(target_f32), str(target), "Q4_K_M", 2)
+    _core.quantize(str(draft_f32), str(draft), "Q8_0", 2)
+    engines = {
+        "ngram": Engine.load(target, draft="ngram", n_ctx=4096, n_threads=1, exact=True),
+        "model": Engine.load(target, draft=draft, n_ctx=4096, n_threads=1, exact=True,
+                             draft_p_min=0.0),
+    }
+    yield engines
+    for engine in engines.values():
+        engine.close()
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "model"])
+def test_exact_speculative_equals_plain(exact_pair: dict[str, Engine], drafter: str) -> None:
+    """Greedy, every built-in category, `auto` and fixed draft lengths: the same tokens."""
+    engine = exact_pair[drafter]
+    greedy = GenerationParams(temperature=0.0, max_tokens=64, ignore_eos=True, seed=0)
+    drafted = 0
+    for prompt in load_prompts(limit_per_category=1):
+        plain = engine.generate(prompt.text, greedy, speculative=False).tokens
+        for k in ("auto", 3, 15):
+            result = engine.generate(prompt.text, greedy, draft_max=k)
+            assert result.tokens == plain, (prompt.id, k)
+            drafted += result.stats.drafted
+    assert drafted > 0  # speculation really ran
+
+
+def test_exact_seeded_sampling_equals_plain(exact_pair: dict[str, Engine]) -> None:
+    """A deterministic drafter (n-gram) and a seed: the same sample as plain decoding."""
+    engine = exact_pair["ngram"]
+    params = GenerationParams(temperature=0.8, max_tokens=64, ignore_eos=True, seed=7)
+    for prompt in load_prompts(limit_per_category=1)[:3]:
+        plain = engine.generate(prompt.text, params, speculative=False).tokens
+        assert engine.generate(prompt.text, params, draft_max=4).tokens == plain
+
+
+def test_exact_after_a_model_ran_is_refused(wide_models: dict[str, Path]) -> None:
+    """llama.cpp picks its matmul kernels once per process: exact mode asked for after a model
+    has run says what to do (a fresh process, where the default choice was never made)."""
+    script = (
+        "from localspec.engine import Engine\n"
+        "from localspec.errors import InvalidParameterError\n"
+        f"path = {str(wide_models['Q8_0'])!r}\n"
+        "with Engine.load(path, draft='none', n_threads=1) as e:\n"
+        "    e.generate('hello', max_tokens=2, temperature=0.0)\n"
+        "try:\n"
+        "    Engine.load(path, draft='none', n_threads=1, exact=True)\n"
+        "except InvalidParameterError as error:\n"
+        "    print('refused:', error)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "GGML_CPU_TILED_MM"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=env, timeout=120, check=True).stdout
+    assert "refused: exact mode must be chosen before any model has run" in out
+
+
+def test_exact_f16_speculative_equals_plain(wide_models: dict[str, Path]) -> None:
+    """F16 weights (single rows padded to two, docs/exact.md): speculation changes nothing."""
+    greedy = GenerationParams(temperature=0.0, max_tokens=48, ignore_eos=True, seed=0)
+    with Engine.load(wide_models["F16"], draft="ngram", n_ctx=4096, n_threads=1,
+                     exact=True) as engine:
+        for prompt in load_prompts(limit_per_category=1)[:3]:
+            plain = engine.generate(prompt.text, greedy, speculative=False).tokens
+            for k in ("auto", 15):
+                assert engine.generate(prompt.text, greedy, draft_max=k).tokens == plain
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "localspec.cli", *args, "--threads", "1"],
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_bench_and_check_say_which_mode_ran(wide_models: dict[str, Path],
+                                            prompt_file: Path) -> None:
+    """bench --exact names the mode and checks 1 .. 16-row passes on the model it measured;
+    check names the mode; without --exact both say "default"."""
+    model = str(wide_models["Q4_K_M"])
+    common = ["--target", model, "--draft", "ngram", "--max-tokens", "24", "--json"]
+    proc = cli("bench", *common, "--prompts", str(prompt_file), "--exact")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["mode"] == "exact" and out["rows_differing"] == []
+    assert out["overall"]["identical"] == "yes"
+    default = json.loads(cli("bench", *common, "--prompts", str(prompt_file)).stdout)
+    assert default["mode"] == "default" and "rows_differing" not in default
+    proc = cli("check", *common[:-1], "--limit", "1", "--categories", "qa", "--exact")
+    assert proc.returncode == 0, proc.stderr
+    assert "Mode: exact (batch-invariant passes: any difference from plain output is a bug)" \
+        in proc.stdout
