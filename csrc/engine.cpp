@@ -42,8 +42,8 @@ ContextOptions context_options(const EngineOptions& options, bool fast_head) {
 }
 
 // The drafter spelling: "none", "ngram", "hybrid:PATH" (n-gram when it matches, else the draft
-// at PATH), "eagle3:PATH" (n-gram when it matches, else the EAGLE-3 head at PATH) or PATH. A
-// PATH whose GGUF is an eagle3 head is one, with or without a prefix.
+// at PATH), "eagle3:PATH" (n-gram when it matches, else the EAGLE-3 head at PATH) or PATH (the
+// draft model or EAGLE-3 head at PATH alone, as a bare draft model drafts alone).
 struct DrafterSpec {
     std::string kind;  // "none", "ngram", "model" or "eagle3"
     std::string path;
@@ -58,7 +58,7 @@ DrafterSpec parse_drafter(const std::string& drafter) {
             return {is_eagle3_file(path) ? "eagle3" : "model", path, true};
         }
     }
-    if (is_eagle3_file(drafter)) return {"eagle3", drafter, true};
+    if (is_eagle3_file(drafter)) return {"eagle3", drafter, false};  // the head alone
     return {"model", drafter, false};
 }
 

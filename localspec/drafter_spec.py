@@ -4,10 +4,11 @@ Spellings (``--draft``, models.toml's ``drafter``, ``Engine.load(draft=...)``):
 
 - ``none``: no drafter (plain decoding);
 - ``ngram``: prompt lookup over the prompt and the generated tokens (no extra model);
-- ``PATH``: a draft model (a GGUF file, or before resolution a models.toml name or source);
+- ``PATH``: a draft model (a GGUF file, or before resolution a models.toml name or source), or
+  an EAGLE-3 head alone;
 - ``hybrid:PATH``: n-gram when the context has a match, else the draft model at PATH;
-- ``eagle3:PATH``: n-gram when the context has a match, else the EAGLE-3 head at PATH (a head
-  given as a plain PATH drafts the same way).
+- ``eagle3:PATH``: n-gram when the context has a match, else the EAGLE-3 head at PATH (the same
+  as ``hybrid:`` with a head).
 
 A new kind is one more entry: a keyword in ``KEYWORD_KINDS`` or a prefix in ``PREFIX_KINDS``
 (and the matching case in the C++ core's drafter factory, csrc/drafter.cpp).

@@ -20,9 +20,10 @@ HEAD_ARCHITECTURES = ("eagle3",)
 
 
 def canonical_drafter(drafter: DrafterSpec) -> DrafterSpec:
-    """The drafter the engine reports: an EAGLE-3 head is "eagle3:PATH" however it was given
-    (a bare path or "hybrid:PATH" name the same n-gram + head drafter)."""
-    if drafter.path is not None and is_head(drafter.path):
+    """The drafter the engine reports: n-gram lookup chained with an EAGLE-3 head is
+    "eagle3:PATH" whether it was asked for so or as "hybrid:PATH"; a bare head path is the head
+    alone, as a bare draft model path is that model alone."""
+    if drafter.kind == "hybrid" and drafter.path is not None and is_head(drafter.path):
         return DrafterSpec("eagle3", drafter.path)
     return drafter
 

@@ -108,13 +108,25 @@ def test_cache_reuse_long_prompts_and_cancel(plain, heads, tiny_model_path) -> N
         engine.close()
 
 
-def test_a_bare_head_path_is_an_eagle3_drafter(heads, tiny_model_path) -> None:
-    for spelling in ("", "hybrid:"):
-        engine = load(tiny_model_path, heads["d2t"], prefix=spelling)
-        try:
-            assert engine.info.drafter == f"eagle3:{heads['d2t']}"
-        finally:
-            engine.close()
+def test_spellings_of_a_head(plain, heads, tiny_model_path) -> None:
+    """hybrid:HEAD is eagle3:HEAD (n-gram first, the head otherwise); a bare head path drafts
+    with the head alone (as a bare draft model path does), and is still lossless."""
+    engine = load(tiny_model_path, heads["d2t"], prefix="hybrid:")
+    try:
+        assert str(engine.info.drafter) == f"eagle3:{heads['d2t']}"
+    finally:
+        engine.close()
+    engine = load(tiny_model_path, heads["full"], prefix="")
+    try:
+        assert str(engine.info.drafter) == str(heads["full"])
+        prompt = "the cat sat on the mat and the cat sat on the mat and the cat sat on"
+        got = engine.generate(prompt, GREEDY, draft_max=3)
+        # Every draft comes from the head (n-gram lookups would be free: model_drafted counts
+        # only drafts that ran a model).
+        assert got.stats.model_drafted == got.stats.drafted > 0
+        assert_same_or_tie(plain, prompt, plain.generate(prompt, GREEDY).tokens, got)
+    finally:
+        engine.close()
 
 
 def test_sampling_follows_the_target_distribution(plain, heads, tiny_model_path) -> None:
