@@ -10,8 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
 import sys
+import threading
 from dataclasses import asdict, replace
+from types import FrameType
 from typing import Any
 
 from localspec.chat_template import chat_format, chat_tokens
@@ -157,23 +160,32 @@ def _generate(args: argparse.Namespace, engine: Engine, choice: ModelChoice, tex
 
 
 def _stream(engine: Engine, prompt: str | list[int], params: GenerationParams) -> int:
-    """Print the text as it comes; Ctrl+C stops the engine, ends the line, prints the stats."""
+    """Print the text as it comes; Ctrl+C stops the engine, ends the line, prints the stats.
+
+    Ctrl+C only asks the engine to stop (a signal handler, not KeyboardInterrupt): an exception
+    raised inside the chunk queue's wait could leave its lock held, and the engine thread,
+    putting the next chunk, would then wait forever."""
     handle = engine.submit(prompt, params)
-    interrupted = False
+    interrupted = threading.Event()
+
+    def on_interrupt(signum: int, frame: FrameType | None) -> None:
+        interrupted.set()
+        handle.cancel()  # the engine stops within one step and ends the stream
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
         for chunk in handle:
             sys.stdout.write(chunk.text)
             sys.stdout.flush()
-    except KeyboardInterrupt:
-        interrupted = True
     finally:
-        handle.cancel()  # stop the engine within one step
+        signal.signal(signal.SIGINT, previous)
+        handle.cancel()
     stats = handle.result().stats
     sys.stdout.write("\n")
     sys.stdout.flush()
     line = summary_line(stats, engine.info.drafter)
-    print(line + (" (interrupted)" if interrupted else ""), file=sys.stderr)
-    return INTERRUPTED if interrupted else 0
+    print(line + (" (interrupted)" if interrupted.is_set() else ""), file=sys.stderr)
+    return INTERRUPTED if interrupted.is_set() else 0
 
 
 def json_output(result: GenerationResult, engine: Engine, params: GenerationParams,
