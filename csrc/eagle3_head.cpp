@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 
 #include "errors.h"
@@ -76,12 +77,15 @@ std::vector<int> int_array(const gguf_context* g, int64_t k) {
 
 }  // namespace
 
-Eagle3Info read_eagle3_info(const std::string& path) {
-    GgufFile file(path);
-    if (file.str("general.architecture") != "eagle3") {
-        throw UserError(ErrorKind::ModelLoad, "'" + path + "' is not an EAGLE-3 head (its architecture is '" +
-                                                  file.str("general.architecture") + "'); pass an eagle3 GGUF.");
+std::optional<Eagle3Info> read_eagle3_info(const std::string& path) {
+    std::optional<GgufFile> opened;
+    try {
+        opened.emplace(path);
+    } catch (const UserError&) {
+        return std::nullopt;  // not readable as a GGUF: the model loader says why
     }
+    const GgufFile& file = *opened;
+    if (file.str("general.architecture") != "eagle3") return std::nullopt;
     Eagle3Info info;
     info.target_layers = int_array(file.gguf, file.key("eagle3.target_layers"));
     const int64_t hidden = file.key("eagle3.target_hidden_size");
@@ -94,14 +98,6 @@ Eagle3Info read_eagle3_info(const std::string& path) {
                                                   "or embedding_length; convert it again with localspec convert-head.");
     }
     return info;
-}
-
-bool is_eagle3_file(const std::string& path) {
-    try {
-        return GgufFile(path).str("general.architecture") == "eagle3";
-    } catch (const UserError&) {
-        return false;
-    }
 }
 
 void check_head_fits(const std::string& path, const Eagle3Info& info, const Model& target) {

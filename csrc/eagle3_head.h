@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,10 +19,10 @@ struct Eagle3Info {
     int n_embd = 0;  // the head's own width
 };
 
-// The head's metadata; throws UserError when `path` is not an EAGLE-3 head.
-Eagle3Info read_eagle3_info(const std::string& path);
-// Whether `path` is a GGUF of architecture "eagle3" (false for anything else, unreadable too).
-bool is_eagle3_file(const std::string& path);
+// The head's metadata when `path` is a GGUF of architecture "eagle3"; nullopt for any other
+// file (unreadable ones too: the model loader says why). Throws UserError when an eagle3 file
+// lacks what a head needs. One read of the header answers both questions.
+std::optional<Eagle3Info> read_eagle3_info(const std::string& path);
 // Throws UserError (one sentence) when the head at `path` cannot read `target`'s hidden states.
 void check_head_fits(const std::string& path, const Eagle3Info& info, const Model& target);
 

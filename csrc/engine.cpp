@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 
 #include "acceptance.h"
@@ -12,6 +13,17 @@
 #include "vocab_check.h"
 
 namespace localspec {
+
+// The drafter spelling: "none", "ngram", "hybrid:PATH" (n-gram when it matches, else the draft
+// at PATH), "eagle3:PATH" (n-gram when it matches, else the EAGLE-3 head at PATH) or PATH (the
+// draft model or EAGLE-3 head at PATH alone, as a bare draft model drafts alone). Whether PATH
+// is a head is read from its header, once.
+struct DrafterSpec {
+    std::string kind;  // "none", "ngram", "model" or "eagle3"
+    std::string path;
+    bool with_ngram = false;
+    std::optional<Eagle3Info> head;  // for kind "eagle3"
+};
 
 namespace {
 
@@ -41,45 +53,22 @@ ContextOptions context_options(const EngineOptions& options, bool fast_head) {
     return out;
 }
 
-// The drafter spelling: "none", "ngram", "hybrid:PATH" (n-gram when it matches, else the draft
-// at PATH), "eagle3:PATH" (n-gram when it matches, else the EAGLE-3 head at PATH) or PATH (the
-// draft model or EAGLE-3 head at PATH alone, as a bare draft model drafts alone).
-struct DrafterSpec {
-    std::string kind;  // "none", "ngram", "model" or "eagle3"
-    std::string path;
-    bool with_ngram = false;
-};
-
-DrafterSpec parse_drafter(const std::string& drafter) {
-    if (drafter == "none" || drafter == "ngram") return {drafter, "", false};
-    for (const std::string prefix : {"hybrid:", "eagle3:"}) {
-        if (drafter.rfind(prefix, 0) == 0) {
-            const std::string path = drafter.substr(prefix.size());
-            return {is_eagle3_file(path) ? "eagle3" : "model", path, true};
-        }
-    }
-    if (is_eagle3_file(drafter)) return {"eagle3", drafter, false};  // the head alone
-    return {"model", drafter, false};
-}
-
 // The target's context: the numerics knobs, or exact mode's fixed choice (docs/exact.md); with
 // an EAGLE-3 head it records the hidden states the head reads.
-ContextOptions target_options(const EngineOptions& options, const Model& target) {
+ContextOptions target_options(const EngineOptions& options, const DrafterSpec& spec, const Model& target) {
     ContextOptions out = context_options(options, options.fast_head || options.exact);
     out.flash_attn = options.exact ? kExactFlashAttn : options.flash_attn;
     out.kv_type = options.exact ? kExactKvType : options.kv_type;
     out.exact = options.exact;
-    const DrafterSpec spec = parse_drafter(options.drafter);
-    if (spec.kind == "eagle3") {
-        const Eagle3Info info = read_eagle3_info(spec.path);
-        check_head_fits(spec.path, info, target);
-        out.tap_layers = info.target_layers;
+    if (spec.head) {
+        check_head_fits(spec.path, *spec.head, target);
+        out.tap_layers = spec.head->target_layers;
     }
     return out;
 }
 
-std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, const Model& target, Context& target_ctx) {
-    const DrafterSpec spec = parse_drafter(options.drafter);
+std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, const DrafterSpec& spec, const Model& target,
+                                      Context& target_ctx) {
     if (spec.kind == "none") return nullptr;
     if (spec.kind == "ngram") return std::make_unique<NgramDrafter>(options.ngram_min, options.ngram_max);
     auto draft = std::make_shared<Model>(ModelOptions{spec.path, options.n_gpu_layers_draft});
@@ -99,11 +88,31 @@ std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, const Model&
 
 }  // namespace
 
-SpecEngine::SpecEngine(const EngineOptions& options)
+namespace {
+
+DrafterSpec parse_drafter(const std::string& drafter) {
+    if (drafter == "none" || drafter == "ngram") return {drafter, "", false, std::nullopt};
+    bool with_ngram = false;
+    std::string path = drafter;
+    for (const std::string prefix : {"hybrid:", "eagle3:"}) {
+        if (drafter.rfind(prefix, 0) == 0) {
+            with_ngram = true;
+            path = drafter.substr(prefix.size());
+        }
+    }
+    std::optional<Eagle3Info> head = read_eagle3_info(path);
+    return {head ? "eagle3" : "model", path, with_ngram, std::move(head)};
+}
+
+}  // namespace
+
+SpecEngine::SpecEngine(const EngineOptions& options) : SpecEngine(options, parse_drafter(options.drafter)) {}
+
+SpecEngine::SpecEngine(const EngineOptions& options, const DrafterSpec& drafter)
     : exact_(options.exact),
       target_model_(load_target(options)),
-      target_(*target_model_, target_options(options, *target_model_)),
-      drafter_(make_drafter(options, *target_model_, target_)),
+      target_(*target_model_, target_options(options, drafter, *target_model_)),
+      drafter_(make_drafter(options, drafter, *target_model_, target_)),
       controller_(drafter_ ? options.controller_k_max : 0) {}
 
 void SpecEngine::check_request(const GenerateRequest& request) const {

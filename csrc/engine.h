@@ -16,6 +16,8 @@
 
 namespace localspec {
 
+struct DrafterSpec;  // EngineOptions::drafter, parsed (engine.cpp)
+
 enum class Provenance : uint8_t { Draft = 0, Target = 1 };
 
 // The longest draft the adaptive controller may choose ("auto" draft length; Python reads it
@@ -121,6 +123,7 @@ public:
     void restore_controller_memory(const ControllerMemory& memory) { controller_.restore(memory); }
 
 private:
+    SpecEngine(const EngineOptions& options, const DrafterSpec& drafter);
     struct StepResult {
         std::vector<Token> tokens;
         std::vector<Provenance> provenance;
