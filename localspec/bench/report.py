@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from localspec.bench.runner import PromptRun
+from localspec.bench.theory import plain_pass_seconds
 from localspec.types import GenerationStats
 
 TRUSTED_AA_SPREAD = 0.02  # a comparison is trusted where the A/A arm drifts less than this
@@ -192,10 +193,9 @@ def draft_cost(runs: Sequence[PromptRun]) -> DraftCost | None:
     spec = [s for r in runs for s in r.speculative]
     plain = [s for r in runs for s in r.plain + r.plain_again]
     drafted = sum(s.model_drafted for s in spec)
-    passes = sum(s.target_passes for s in plain)
-    if drafted == 0 or passes == 0:
+    plain_pass = plain_pass_seconds(plain)
+    if drafted == 0 or plain_pass == 0:
         return None
     draft = sum(s.model_draft_seconds for s in spec) / drafted
-    plain_pass = sum(s.verify_seconds for s in plain) / passes
-    c = draft / plain_pass if plain_pass > 0 else 0.0
+    c = draft / plain_pass
     return DraftCost(c, drafted, draft * 1e3, plain_pass * 1e3)

@@ -89,6 +89,13 @@ def _seconds_per(total: float, count: int) -> float:
     return total / count if count else 0.0
 
 
+def plain_pass_seconds(plain_stats: Sequence[GenerationStats]) -> float:
+    """One plain target pass: the plain arm's verification seconds per pass (decode of one row
+    + argmax; the unit the draft cost c and the pass costs v are counted in)."""
+    return _seconds_per(sum(s.verify_seconds for s in plain_stats),
+                        sum(s.target_passes for s in plain_stats))
+
+
 def _tokens_per_second(stats: Sequence[GenerationStats]) -> float:
     seconds = sum(s.generation_seconds for s in stats)
     return sum(s.n_tokens for s in stats) / seconds if seconds > 0 else 0.0
@@ -106,8 +113,7 @@ def estimate_costs(
     so measured / theoretical shows what the rest of the implementation costs.
     """
     k = max((len(s.drafted_by_position) for s in spec_stats), default=0)
-    pass_seconds = _seconds_per(sum(s.verify_seconds for s in plain_stats),
-                                sum(s.target_passes for s in plain_stats))
+    pass_seconds = plain_pass_seconds(plain_stats)
     draft_token = _seconds_per(sum(s.draft_seconds for s in spec_stats),
                                sum(s.drafted for s in spec_stats))
     verify_pass = _seconds_per(sum(s.verify_seconds for s in spec_stats),
