@@ -4,9 +4,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <map>
+#include <memory>
 #include <optional>
 
 #include "acceptance.h"
+#include "batch_plan.h"
 #include "controller.h"
 #include "drafter.h"
 #include "engine.h"
@@ -78,36 +81,44 @@ public:
         return *engine_;
     }
 
+    // One generation from start to end, with the GIL released except in the callback.
     py::dict generate(const GenerateRequest& request, const py::object& callback) {
-        std::optional<py::error_already_set> callback_error;
-        ChunkCallback on_chunk = [&](const Chunk& chunk) {
-            if (callback.is_none()) return true;
-            py::gil_scoped_acquire acquire;
-            try {
-                return callback(to_str(chunk.text), chunk.tokens, provenance_ints(chunk.provenance),
-                                chunk.stats, logprobs_to_list(chunk.logprobs))
-                    .cast<bool>();
-            } catch (py::error_already_set& e) {
-                callback_error.emplace(std::move(e));
-                return false;
-            }
-        };
+        auto error = std::make_shared<CallbackError>();
+        const ChunkCallback on_chunk = chunk_callback(callback, error);
         GenerateResult result;
         {
             py::gil_scoped_release release;
             result = engine().generate(request, on_chunk);
         }
-        if (callback_error) throw std::move(*callback_error);
-        py::dict d;
-        d["text"] = to_str(result.text);
-        d["tokens"] = result.tokens;
-        d["provenance"] = provenance_ints(result.provenance);
-        d["finish_reason"] = result.finish_reason;
-        d["pass_rows"] = result.pass_rows;
-        d["pass_emitted"] = result.pass_emitted;
-        d["logprobs"] = logprobs_to_list(result.logprobs);
-        d["stats"] = result.stats;
-        return d;
+        if (*error) throw std::move(**error);
+        return result_dict(result);
+    }
+
+    // Batched generation (SpecEngine::start / step / take_result).
+    int start(const GenerateRequest& request, const py::object& callback) {
+        auto error = std::make_shared<CallbackError>();
+        ChunkCallback on_chunk = chunk_callback(callback, error);
+        int id = 0;
+        {
+            py::gil_scoped_release release;
+            id = engine().start(request, std::move(on_chunk));
+        }
+        errors_[id] = error;
+        return id;
+    }
+
+    StepReport step() {
+        py::gil_scoped_release release;
+        return engine().step();
+    }
+
+    py::dict take_result(int id) {
+        GenerateResult result = engine().take_result(id);
+        const auto it = errors_.find(id);
+        std::shared_ptr<CallbackError> error = it != errors_.end() ? it->second : nullptr;
+        if (it != errors_.end()) errors_.erase(it);
+        if (error && *error) throw std::move(**error);
+        return result_dict(result);
     }
 
     int replay_greedy(const std::vector<Token>& prompt, const std::vector<Token>& tokens,
@@ -148,7 +159,44 @@ public:
     }
 
 private:
+    using CallbackError = std::optional<py::error_already_set>;
+
+    // The Python callable, called with the GIL; an exception it raises is kept for the caller
+    // and cancels the generation. Dropped with the GIL held (the engine may drop it without).
+    static ChunkCallback chunk_callback(const py::object& callback, const std::shared_ptr<CallbackError>& error) {
+        if (callback.is_none()) return nullptr;
+        auto fn = std::shared_ptr<py::object>(new py::object(callback), [](py::object* p) {
+            py::gil_scoped_acquire acquire;
+            delete p;
+        });
+        return [fn, error](const Chunk& chunk) {
+            py::gil_scoped_acquire acquire;
+            try {
+                return (*fn)(to_str(chunk.text), chunk.tokens, provenance_ints(chunk.provenance), chunk.stats,
+                             logprobs_to_list(chunk.logprobs))
+                    .cast<bool>();
+            } catch (py::error_already_set& e) {
+                error->emplace(std::move(e));
+                return false;
+            }
+        };
+    }
+
+    static py::dict result_dict(const GenerateResult& result) {
+        py::dict d;
+        d["text"] = to_str(result.text);
+        d["tokens"] = result.tokens;
+        d["provenance"] = provenance_ints(result.provenance);
+        d["finish_reason"] = result.finish_reason;
+        d["pass_rows"] = result.pass_rows;
+        d["pass_emitted"] = result.pass_emitted;
+        d["logprobs"] = logprobs_to_list(result.logprobs);
+        d["stats"] = result.stats;
+        return d;
+    }
+
     std::unique_ptr<SpecEngine> engine_;
+    std::map<int, std::shared_ptr<CallbackError>> errors_;  // per started generation
 };
 
 // Logits of an output head over rows of hidden states, for the tests: `blocks` holds ggml's
@@ -221,7 +269,14 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("repack", &EngineOptions::repack)
         .def_readwrite("flash_attn", &EngineOptions::flash_attn)
         .def_readwrite("kv_type", &EngineOptions::kv_type)
-        .def_readwrite("verbose", &EngineOptions::verbose);
+        .def_readwrite("verbose", &EngineOptions::verbose)
+        .def_readwrite("n_seq", &EngineOptions::n_seq);
+
+    py::class_<StepReport>(m, "StepReport")
+        .def_readonly("finished", &StepReport::finished)
+        .def_readonly("sequences", &StepReport::sequences)
+        .def_readonly("rows", &StepReport::rows)
+        .def_readonly("prefilled", &StepReport::prefilled);
 
     py::class_<GenerateRequest>(m, "GenerateRequest")
         .def(py::init<>())
@@ -280,6 +335,12 @@ PYBIND11_MODULE(_core, m) {
     py::class_<Core>(m, "Core")
         .def(py::init<const EngineOptions&>())
         .def("generate", &Core::generate, py::arg("request"), py::arg("on_chunk") = py::none())
+        .def("start", &Core::start, py::arg("request"), py::arg("on_chunk") = py::none())
+        .def("step", &Core::step)
+        .def("take_result", &Core::take_result, py::arg("id"))
+        .def("cancel", [](Core& c, int id) { c.engine().cancel(id); }, py::arg("id"))
+        .def("n_seq", [](Core& c) { return c.engine().n_seq(); })
+        .def("n_active", [](Core& c) { return c.engine().n_active(); })
         .def("next_token_logits", &Core::next_token_logits, py::arg("tokens"), py::arg("batch_rows") = 1)
         .def("pass_logits", &Core::pass_logits, py::arg("tokens"), py::arg("rows"))
         .def("pass_seconds", &Core::pass_seconds, py::arg("context"), py::arg("max_rows"), py::arg("repeats"))
@@ -329,6 +390,13 @@ PYBIND11_MODULE(_core, m) {
 
     // Building blocks exposed for the tests only (localspec._core.testing).
     py::module_ testing = m.def_submodule("testing", "pure functions and classes for the tests");
+    py::class_<PassCostCurve>(testing, "PassCostCurve")
+        .def(py::init<>())
+        .def("observe", &PassCostCurve::observe, py::arg("rows"), py::arg("seconds"))
+        .def("seconds", &PassCostCurve::seconds, py::arg("rows"));
+    testing.def("batch_draft_lengths", &batch_draft_lengths, py::arg("gains"), py::arg("cost"), py::arg("base_rows"),
+                py::arg("base_tokens"));
+    testing.def("plan_prefill", &plan_prefill, py::arg("remaining"), py::arg("others_running"), py::arg("chunk"));
 
     py::enum_<DraftController::Estimate>(testing, "Estimate")
         .value("MEAN", DraftController::Estimate::Mean)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace localspec {
 
@@ -66,6 +67,13 @@ void DraftController::begin_request() {
         }
         fast_[kind] = acceptance(static_cast<int>(kind), 0);
     }
+}
+
+void DraftController::swap_request(RequestState& other) {
+    std::swap(credit_, other.credit);
+    std::swap(explore_credit_, other.explore_credit);
+    std::swap(exploring_, other.exploring);
+    std::swap(fast_, other.fast);
 }
 
 void DraftController::restore(const ControllerMemory& memory) {

@@ -50,6 +50,16 @@ public:
     // draft model, kind 0); kinds are 0 .. kKinds-1.
     static constexpr int kKinds = 8;
 
+    // What belongs to one request (its credit and recent acceptance), as opposed to what is
+    // learned for all of them. Batched generation keeps one per sequence and swaps it in around
+    // that sequence's calls (swap_request); one request at a time never needs to.
+    struct RequestState {
+        double credit = 0, explore_credit = 0;
+        bool exploring = false;
+        std::vector<double> fast = std::vector<double>(kKinds, 0.0);
+    };
+    void swap_request(RequestState& other);
+
     // A new request: its credit starts at zero, and what was learned before is kept but weighed
     // down to a few observations' worth, so that the request's own evidence soon dominates.
     void begin_request();
@@ -88,6 +98,7 @@ private:
 
     int k_max_;
     ControllerMemory mem_;
+    // The current request's state (RequestState):
     std::vector<double> fast_;  // [kind]: recent share of drafted tokens accepted (fast_ratio)
     double credit_ = 0;          // what drafting may still lose in this request (seconds)
     double explore_credit_ = 0;  // the part of it that exploring may spend: its budget only

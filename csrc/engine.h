@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "batch_plan.h"
 #include "controller.h"
 #include "drafter.h"
 #include "llama_backend.h"
@@ -17,6 +18,7 @@
 namespace localspec {
 
 struct DrafterSpec;  // EngineOptions::drafter, parsed (engine.cpp)
+struct Sequence;     // one generation in flight (sequence.h)
 
 enum class Provenance : uint8_t { Draft = 0, Target = 1 };
 
@@ -46,6 +48,10 @@ struct EngineOptions {
     bool repack = true;  // llama.cpp's repacked CPU weight layouts (target)
     int flash_attn = -1;  // -1 llama.cpp's choice, 0 off, 1 on (target)
     bool verbose = false;
+    // Generations that share the target's passes (batched serving); 1: one at a time. More
+    // than one needs a drafter that runs no model (n-gram or none) and no exact mode on an
+    // F16 target (Context::n_seq).
+    int n_seq = 1;
 };
 
 struct GenerateRequest {
@@ -73,6 +79,14 @@ struct Chunk {
 // Return false to cancel the generation (it stops after the current step).
 using ChunkCallback = std::function<bool(const Chunk&)>;
 
+// What one engine step did (batched generation).
+struct StepReport {
+    std::vector<int> finished;  // ids of the generations that ended (SpecEngine::take_result)
+    int sequences = 0;          // generations in the verification pass (0: none ran)
+    int rows = 0;               // the pass's rows
+    int prefilled = 0;          // prompt tokens prefilled before it
+};
+
 struct GenerateResult {
     std::string text;
     std::vector<Token> tokens;
@@ -87,6 +101,7 @@ struct GenerateResult {
 class SpecEngine {
 public:
     explicit SpecEngine(const EngineOptions& options);
+    ~SpecEngine();
 
     const Model& target() const { return *target_model_; }
     int n_ctx() const { return target_.n_ctx(); }
@@ -96,7 +111,20 @@ public:
     std::string last_logits_head() const { return target_.last_head(); }
     bool exact() const { return exact_; }
 
+    // One generation from start to end (others already started share its passes).
     GenerateResult generate(const GenerateRequest& request, const ChunkCallback& on_chunk);
+
+    // Batched generation. start() checks a request and gives it a free cache slot (throws
+    // UserError for a bad request, std::logic_error when every slot is busy); step() prefills
+    // new generations' prompts (in chunks while others run) and runs one speculative step for
+    // every generation at once; take_result() hands over a finished one's result.
+    int start(const GenerateRequest& request, ChunkCallback on_chunk);
+    StepReport step();
+    GenerateResult take_result(int id);
+    // End a generation now (finish reason "cancelled"; take_result() still hands it over).
+    void cancel(int id);
+    int n_seq() const { return target_.n_seq(); }
+    int n_active() const { return static_cast<int>(sequences_.size()); }
 
     // Raw target logits for the token after `tokens`, computed as in plain decoding (the last
     // token decoded on its own), or, with batch_rows > 1, as row batch_rows-1 of a verification
@@ -124,37 +152,35 @@ public:
 
 private:
     SpecEngine(const EngineOptions& options, const DrafterSpec& drafter);
-    struct StepResult {
-        std::vector<Token> tokens;
-        std::vector<Provenance> provenance;
-        int drafted = 0, rows = 0, kind = 0;
-        double draft_seconds = 0, verify_seconds = 0;
-        std::vector<TokenLogprob> logprobs;  // one per token when the request asked for them
-    };
-    StepResult speculative_step(std::vector<Token>& history, int k_cap, bool adaptive,
-                                const SamplingParams& params, Rng& rng, GenerationStats& stats);
-    Draft draft_tokens(const std::vector<Token>& history, int k_cap, bool adaptive,
-                       const SamplingParams& params, Rng& rng);
+    // The speculative step (engine.cpp) and its parts, one generation each.
+    void speculative_step(const std::vector<Sequence*>& batch);
+    void draft(Sequence& s);
+    Draft draft_tokens(Sequence& s, int k_cap);
+    void fit_drafts_to_batch(const std::vector<Sequence*>& batch);
+    double verify(const std::vector<Sequence*>& batch);
+    void accept(Sequence& s);
+    void roll_back(Sequence& s);
+    void emit(Sequence& s, bool shared_pass);
+    void finish(Sequence& s, const std::string& reason);
+    int prefill_joining();
+    void resolve_unverified(Sequence& s);
+    std::vector<TokenLogprob> step_logprobs(const Sequence& s, int n_top) const;
+    int choose_slot(const GenerateRequest& request) const;
+    int free_slot() const;  // for the measuring tools; throws while every slot is busy
     void check_request(const GenerateRequest& request) const;
-    void calibrate(const std::vector<Token>& prompt);
-    void resolve_unverified(const std::vector<Token>& history);
-    void trim_to_grammar(Draft& draft);
-    std::vector<TokenLogprob> step_logprobs(const std::vector<Token>& tokens, int n_top) const;
+    // Start-up measurements (engine_tools.cpp).
+    void calibrate(const std::vector<Token>& prompt, int slot);
+    std::vector<double> pass_seconds_on(int slot, const std::vector<Token>& context, int max_rows, int repeats);
+    void calibrate_batch(const std::vector<Token>& context, int slot);
 
     bool exact_ = false;
     std::shared_ptr<Model> target_model_;
     Context target_;
     std::unique_ptr<Drafter> drafter_;
     DraftController controller_;  // survives generations: costs are learned once
-    // A lookup proposal the controller declined: checked against the tokens the target emits
-    // at its positions, it is free evidence of the kind's acceptance (resolve_unverified).
-    struct Unverified {
-        size_t start = 0;  // history index of its first token
-        std::vector<Token> tokens;
-        int kind = 0;
-    } unverified_;
-    std::unique_ptr<Grammar> grammar_;  // the request's grammar in its current state, or null
-    int n_logprobs_ = -1;               // the request's GenerateRequest::logprobs
+    PassCostCurve pass_cost_;     // seconds of a target pass by its total rows (batched passes)
+    std::vector<std::unique_ptr<Sequence>> sequences_;  // started, in arrival order
+    int next_id_ = 1;
 };
 
 }  // namespace localspec

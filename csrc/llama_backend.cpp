@@ -326,7 +326,7 @@ Padding pad_batch(llama_batch& batch) {
         batch.token[1] = batch.token[0];
         batch.pos[1] = batch.pos[0] + 1;
         batch.n_seq_id[1] = 1;
-        batch.seq_id[1][0] = 0;
+        batch.seq_id[1][0] = batch.seq_id[0][0];
         batch.logits[1] = batch.logits[0];
         batch.n_tokens = 2;
         pad.back = outputs;
@@ -359,10 +359,12 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
     if (options.exact) require_untiled_matmul();
     int threads = options.n_threads > 0 ? options.n_threads
                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    params.n_ctx = static_cast<uint32_t>(options.n_ctx);
+    const int n_seq = std::max(1, options.n_seq);
+    params.n_ctx = static_cast<uint32_t>(options.n_ctx * n_seq);
     params.n_batch = static_cast<uint32_t>(std::min(options.n_batch, options.n_ctx));
     params.n_ubatch = std::min<uint32_t>(params.n_batch, 512);
-    params.n_seq_max = 1;
+    params.n_seq_max = static_cast<uint32_t>(n_seq);
+    params.kv_unified = true;  // rows of several sequences in one graph (split_simple)
     params.n_threads = threads;
     params.n_threads_batch = threads;
     params.no_perf = true;
@@ -381,6 +383,12 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
                         "exact mode cannot yet feed a hidden-state drafter from an F16/BF16/F32 target (its "
                         "single rows are padded); use a quantized target or leave out --exact.");
     }
+    if (n_seq > 1 && (impl_->pad_rows || !options.tap_layers.empty())) {
+        throw UserError(ErrorKind::InvalidParameter,
+                        "several sequences per pass cannot yet be combined with a hidden-state drafter or "
+                        "exact mode on an F16 target; serve one sequence at a time (--parallel 1).");
+    }
+    kv_.assign(static_cast<size_t>(n_seq), {});
     impl_->hooks.tap = layer_tap(model, options.tap_layers);
     if (impl_->fast_head || !impl_->hooks.tap.empty()) {
         params.cb_eval = on_target_node;
@@ -411,9 +419,10 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
 
 Context::~Context() = default;
 
-int Context::n_ctx() const { return static_cast<int>(llama_n_ctx(impl_->ctx)); }
+int Context::n_ctx() const { return static_cast<int>(llama_n_ctx(impl_->ctx)) / n_seq(); }
 
-void Context::decode(const std::vector<Token>& tokens, int n_logits) {
+void Context::decode(const std::vector<Token>& tokens, int n_logits, int seq) {
+    std::vector<Token>& kv = kv_.at(static_cast<size_t>(seq));
     const size_t n = tokens.size();
     // Exact mode decodes one llama.cpp graph (n_ubatch rows) per call, so that no graph of a
     // long input is left with the single row that would take other kernels (pad_batch).
@@ -430,9 +439,9 @@ void Context::decode(const std::vector<Token>& tokens, int n_logits) {
         for (size_t i = start; i < end; ++i) {
             const size_t j = i - start;
             batch.token[j] = tokens[i];
-            batch.pos[j] = static_cast<llama_pos>(kv_tokens_.size() + j);
+            batch.pos[j] = static_cast<llama_pos>(kv.size() + j);
             batch.n_seq_id[j] = 1;
-            batch.seq_id[j][0] = 0;
+            batch.seq_id[j][0] = seq;
             batch.logits[j] = i >= first_logit ? 1 : 0;
         }
         // The hook takes the rows of one graph: llama.cpp runs a graph per n_ubatch tokens, so
@@ -448,15 +457,50 @@ void Context::decode(const std::vector<Token>& tokens, int n_logits) {
             throw std::runtime_error("llama_decode failed with code " + std::to_string(rc) + ": " +
                                      take_last_error());
         }
-        if (pad.extra_token) llama_memory_seq_rm(llama_get_memory(impl_->ctx), 0, batch.pos[batch.n_tokens - 1], -1);
+        if (pad.extra_token) llama_memory_seq_rm(llama_get_memory(impl_->ctx), seq, batch.pos[batch.n_tokens - 1], -1);
         if (last) impl_->padding = {pad.front, pad.back};
-        kv_tokens_.insert(kv_tokens_.end(), tokens.begin() + static_cast<long>(start),
-                          tokens.begin() + static_cast<long>(end));
+        kv.insert(kv.end(), tokens.begin() + static_cast<long>(start), tokens.begin() + static_cast<long>(end));
         record_features();
     }
     n_logits_ = static_cast<int>(n - first_logit);
     const int captured = n_logits_ + impl_->padding.front + impl_->padding.back;
     impl_->used_head = impl_->fast_head && impl_->hook.after_decode(captured, n_vocab_, impl_->n_threads);
+}
+
+void Context::decode_rows(const std::vector<SeqRows>& pieces) {
+    if (pieces.size() == 1) {  // one sequence: decode() (exact mode's padding lives there)
+        decode(pieces[0].tokens, static_cast<int>(pieces[0].tokens.size()), pieces[0].seq);
+        return;
+    }
+    int total = 0;
+    for (const SeqRows& piece : pieces) total += static_cast<int>(piece.tokens.size());
+    if (total > impl_->n_batch) throw std::logic_error("more rows than n_batch in one pass");
+    llama_batch& batch = impl_->batch;
+    batch.n_tokens = total;
+    int j = 0;
+    for (const SeqRows& piece : pieces) {
+        const size_t n_cached = kv_.at(static_cast<size_t>(piece.seq)).size();
+        for (size_t i = 0; i < piece.tokens.size(); ++i, ++j) {
+            batch.token[j] = piece.tokens[i];
+            batch.pos[j] = static_cast<llama_pos>(n_cached + i);
+            batch.n_seq_id[j] = 1;
+            batch.seq_id[j][0] = piece.seq;
+            batch.logits[j] = 1;
+        }
+    }
+    if (impl_->fast_head) impl_->hook.before_decode(total <= impl_->n_ubatch);
+    decoded_once().store(true);
+    const int32_t rc = llama_decode(impl_->ctx, batch);
+    if (rc != 0) {
+        throw std::runtime_error("llama_decode failed with code " + std::to_string(rc) + ": " + take_last_error());
+    }
+    for (const SeqRows& piece : pieces) {
+        std::vector<Token>& kv = kv_.at(static_cast<size_t>(piece.seq));
+        kv.insert(kv.end(), piece.tokens.begin(), piece.tokens.end());
+    }
+    impl_->padding = {0, 0};
+    n_logits_ = total;
+    impl_->used_head = impl_->fast_head && impl_->hook.after_decode(total, n_vocab_, impl_->n_threads);
 }
 
 const char* Context::batch_head() const { return impl_->hook.name(); }
@@ -473,12 +517,13 @@ const float* Context::logits(int row) const {
     return out;
 }
 
-bool Context::try_truncate(size_t n_keep) {
-    if (n_keep >= kv_tokens_.size()) return true;
+bool Context::try_truncate(size_t n_keep, int seq) {
+    std::vector<Token>& kv = kv_.at(static_cast<size_t>(seq));
+    if (n_keep >= kv.size()) return true;
     // A recurrent state cannot lose its last positions: llama.cpp then refuses and leaves the
     // memory as it was. Removing everything (from 0) always succeeds.
-    if (!llama_memory_seq_rm(llama_get_memory(impl_->ctx), 0, static_cast<llama_pos>(n_keep), -1)) return false;
-    kv_tokens_.resize(n_keep);
+    if (!llama_memory_seq_rm(llama_get_memory(impl_->ctx), seq, static_cast<llama_pos>(n_keep), -1)) return false;
+    kv.resize(n_keep);
     features_begin_ = std::min(features_begin_, n_keep);
     features_.resize((n_keep - features_begin_) * static_cast<size_t>(feature_width_));
     n_logits_ = 0;
@@ -486,10 +531,10 @@ bool Context::try_truncate(size_t n_keep) {
     return true;
 }
 
-void Context::truncate(size_t n_keep) {
-    if (try_truncate(n_keep)) return;
+void Context::truncate(size_t n_keep, int seq) {
+    if (try_truncate(n_keep, seq)) return;
     throw std::runtime_error("this model's memory cannot drop cached positions " + std::to_string(n_keep) + ".." +
-                             std::to_string(kv_tokens_.size() - 1) +
+                             std::to_string(kv_tokens(seq).size() - 1) +
                              " (a recurrent or hybrid model keeps one running state), so it cannot take back "
                              "draft tokens; decode it with the drafter 'none'.");
 }
@@ -501,10 +546,10 @@ void Context::record_features() {
     if (tap.empty()) return;
     if (!impl_->hooks.tapping) {  // the log keeps only a contiguous run of recorded positions
         features_.clear();
-        features_begin_ = kv_tokens_.size();
+        features_begin_ = kv_[0].size();
         return;
     }
-    const size_t n_new = kv_tokens_.size() - features_begin_ - features_.size() / std::max<size_t>(1, feature_width_);
+    const size_t n_new = kv_[0].size() - features_begin_ - features_.size() / std::max<size_t>(1, feature_width_);
     std::vector<int> widths;
     for (size_t i = 0; i < tap.size(); ++i) {
         if (static_cast<size_t>(tap.n_rows(i)) != n_new) {
@@ -529,33 +574,39 @@ void Context::record_features() {
 void Context::set_tapping(bool on) { impl_->hooks.tapping = on; }
 
 const float* Context::features(size_t pos) const {
-    if (pos < features_begin_ || pos >= kv_tokens_.size() || feature_width_ == 0) {
+    if (pos < features_begin_ || pos >= kv_[0].size() || feature_width_ == 0) {
         throw std::out_of_range("no recorded features for position " + std::to_string(pos));
     }
     return features_.data() + (pos - features_begin_) * static_cast<size_t>(feature_width_);
 }
 
 void Context::drop_features_before(size_t pos) {
-    pos = std::min(pos, kv_tokens_.size());
+    pos = std::min(pos, kv_[0].size());
     if (pos <= features_begin_) return;
     const size_t n = (pos - features_begin_) * static_cast<size_t>(feature_width_);
     features_.erase(features_.begin(), features_.begin() + static_cast<long>(n));
     features_begin_ = pos;
 }
 
-size_t Context::sync(const std::vector<Token>& tokens, int n_logits) {
+size_t Context::common_prefix(const std::vector<Token>& tokens, int seq) const {
+    const std::vector<Token>& kv = kv_tokens(seq);
     size_t common = 0;
-    const size_t limit = std::min(tokens.size(), kv_tokens_.size());
-    while (common < limit && tokens[common] == kv_tokens_[common]) ++common;
+    const size_t limit = std::min(tokens.size(), kv.size());
+    while (common < limit && tokens[common] == kv[common]) ++common;
+    return common;
+}
+
+size_t Context::sync(const std::vector<Token>& tokens, int n_logits, int seq) {
     // Rows that need logits must be recomputed even when cached.
-    common = std::min(common, tokens.size() - std::min(tokens.size(), static_cast<size_t>(n_logits)));
-    if (!try_truncate(common)) {
+    size_t common = std::min(common_prefix(tokens, seq),
+                             tokens.size() - std::min(tokens.size(), static_cast<size_t>(n_logits)));
+    if (!try_truncate(common, seq)) {
         common = 0;  // a recurrent state: start over
-        truncate(0);
+        truncate(0, seq);
     }
     if (common == tokens.size()) return 0;
     std::vector<Token> rest(tokens.begin() + static_cast<long>(common), tokens.end());
-    decode(rest, n_logits);
+    decode(rest, n_logits, seq);
     return rest.size();
 }
 

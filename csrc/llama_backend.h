@@ -87,10 +87,21 @@ struct ContextOptions {
     // row of a pass gets the same logits bits whatever the number of rows (exact_head.h).
     int flash_attn = -1;
     bool exact = false;
+    // Sequences sharing the context (batched serving), each with its own positions and up to
+    // n_ctx of them, in one cache (llama.cpp's unified KV cache: a pass over rows of several
+    // sequences is one graph). Numbered 0 .. n_seq-1. A tap or exact mode needs n_seq = 1.
+    int n_seq = 1;
 };
 
-// One llama_context with a single sequence, plus the list of tokens its KV cache holds.
-// Invariant: kv_tokens()[i] is the token stored at position i, for every i < kv_tokens().size().
+// Rows of one sequence in a multi-sequence pass (Context::decode_rows).
+struct SeqRows {
+    int seq = 0;
+    std::vector<Token> tokens;
+};
+
+// One llama_context with n_seq sequences, plus the list of tokens its KV cache holds for each.
+// Invariant: kv_tokens(s)[i] is the token stored at position i of sequence s, for every
+// i < kv_tokens(s).size(). Every `seq` argument defaults to sequence 0.
 class Context {
 public:
     Context(const Model& model, const ContextOptions& options);
@@ -98,13 +109,18 @@ public:
     Context(const Context&) = delete;
     Context& operator=(const Context&) = delete;
 
-    int n_ctx() const;
+    int n_ctx() const;  // positions per sequence
+    int n_seq() const { return static_cast<int>(kv_.size()); }
     int n_vocab() const { return n_vocab_; }
-    const std::vector<Token>& kv_tokens() const { return kv_tokens_; }
+    const std::vector<Token>& kv_tokens(int seq = 0) const { return kv_.at(static_cast<size_t>(seq)); }
 
-    // Append tokens to the cache. Logits are kept for the last `n_logits` of them, readable
-    // with logits(0 .. n_logits-1) until the next decode. Splits long inputs into n_batch pieces.
-    void decode(const std::vector<Token>& tokens, int n_logits);
+    // Append tokens to a sequence's cache. Logits are kept for the last `n_logits` of them,
+    // readable with logits(0 .. n_logits-1) until the next decode. Splits long inputs into
+    // n_batch pieces.
+    void decode(const std::vector<Token>& tokens, int n_logits, int seq = 0);
+    // One pass over rows of several sequences (at most n_batch rows in all), logits on every
+    // row: logits(r) is row r counting through the pieces in order.
+    void decode_rows(const std::vector<SeqRows>& pieces);
     const float* logits(int row) const;
     // Which head computes the logits: "localspec-q8_0" or "localspec-q6_k"
     // (ContextOptions::fast_head took effect) or "llama.cpp".
@@ -115,14 +131,16 @@ public:
     // Drop cache entries at positions >= n_keep (the KV rollback). Throws when the model's
     // memory cannot drop them (a recurrent state: see Model::can_drop_suffix) and keeps the
     // cache unchanged then; dropping everything (n_keep = 0) always works.
-    void truncate(size_t n_keep);
+    void truncate(size_t n_keep, int seq = 0);
     // The same, returning false instead of throwing when the memory refuses.
-    bool try_truncate(size_t n_keep);
+    bool try_truncate(size_t n_keep, int seq = 0);
+    // How many leading tokens of `tokens` the sequence's cache already holds.
+    size_t common_prefix(const std::vector<Token>& tokens, int seq = 0) const;
     // Make the cache hold exactly `tokens` (minus what must be recomputed): reuse the common
     // prefix, drop the rest, decode the remainder (everything, when the memory cannot drop a
     // suffix and the cache holds more than the common prefix). Returns how many tokens were
     // decoded.
-    size_t sync(const std::vector<Token>& tokens, int n_logits);
+    size_t sync(const std::vector<Token>& tokens, int n_logits, int seq = 0);
 
     // The hidden states entering ContextOptions::tap_layers, recorded per cached position:
     // row p (features_begin() <= p < kv_tokens().size()) is those layers' inputs for the token
@@ -142,7 +160,7 @@ private:
     void record_features();
     struct Impl;
     std::unique_ptr<Impl> impl_;
-    std::vector<Token> kv_tokens_;
+    std::vector<std::vector<Token>> kv_;  // [seq]: the tokens its cache holds
     int n_vocab_ = 0;
     int n_logits_ = 0;
     int feature_width_ = 0;

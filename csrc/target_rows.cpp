@@ -4,9 +4,9 @@
 
 namespace localspec {
 
-TargetRows::TargetRows(const Context& target, const std::vector<Token>& history, const std::vector<Token>& drafts,
-                       const SamplingParams& params, Grammar* grammar)
-    : target_(target), drafts_(drafts), params_(params), grammar_(grammar) {
+TargetRows::TargetRows(const Context& target, int first_row, const std::vector<Token>& history,
+                       const std::vector<Token>& drafts, const SamplingParams& params, Grammar* grammar)
+    : target_(target), first_row_(first_row), drafts_(drafts), params_(params), grammar_(grammar) {
     if (params.penalized()) {
         const size_t n = params.penalty_last_n < 0 ? history.size()
                                                    : std::min(history.size(), static_cast<size_t>(params.penalty_last_n));
@@ -25,7 +25,7 @@ void TargetRows::advance_to(size_t i) {
 
 const float* TargetRows::penalized(size_t i) {
     advance_to(i);
-    const float* raw = target_.logits(static_cast<int>(i));
+    const float* raw = target_.logits(first_row_ + static_cast<int>(i));
     if (!params_.penalized()) return raw;
     buffer_.assign(raw, raw + target_.n_vocab());
     apply_penalties(buffer_.data(), target_.n_vocab(), window_, params_);

@@ -13,9 +13,10 @@ namespace localspec {
 
 class TargetRows {
 public:
+    // Row i is the target's logits row first_row + i (a pass may hold other sequences' rows).
     // `grammar` may be null (unconstrained); it advances over the drafts as rows are read and
     // must outlive this object.
-    TargetRows(const Context& target, const std::vector<Token>& history, const std::vector<Token>& drafts,
+    TargetRows(const Context& target, int first_row, const std::vector<Token>& history, const std::vector<Token>& drafts,
                const SamplingParams& params, Grammar* grammar);
 
     // Rows are read in increasing order, each once (as the acceptance rules walk them).
@@ -33,6 +34,7 @@ private:
     const float* penalized(size_t i);
 
     const Context& target_;
+    int first_row_;
     const std::vector<Token>& drafts_;
     const SamplingParams& params_;
     Grammar* grammar_;
