@@ -276,6 +276,7 @@ PYBIND11_MODULE(_core, m) {
         .def_readonly("finished", &StepReport::finished)
         .def_readonly("sequences", &StepReport::sequences)
         .def_readonly("rows", &StepReport::rows)
+        .def_readonly("emitted", &StepReport::emitted)
         .def_readonly("prefilled", &StepReport::prefilled);
 
     py::class_<GenerateRequest>(m, "GenerateRequest")

@@ -241,7 +241,10 @@ StepReport SpecEngine::step() {
             throw;
         }
         report.sequences = static_cast<int>(batch.size());
-        for (const Sequence* s : batch) report.rows += static_cast<int>(s->step.draft.tokens.size()) + 1;
+        for (const Sequence* s : batch) {
+            report.rows += static_cast<int>(s->step.draft.tokens.size()) + 1;
+            report.emitted += static_cast<int>(s->step.tokens.size());
+        }
     }
     for (const auto& s : sequences_) {
         if (s->finished) report.finished.push_back(s->id);

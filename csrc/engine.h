@@ -84,6 +84,7 @@ struct StepReport {
     std::vector<int> finished;  // ids of the generations that ended (SpecEngine::take_result)
     int sequences = 0;          // generations in the verification pass (0: none ran)
     int rows = 0;               // the pass's rows
+    int emitted = 0;            // tokens it emitted, over all generations
     int prefilled = 0;          // prompt tokens prefilled before it
 };
 

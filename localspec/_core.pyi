@@ -27,7 +27,15 @@ class EngineOptions:
     flash_attn: int
     kv_type: str
     verbose: bool
+    n_seq: int
     def __init__(self) -> None: ...
+
+class StepReport:
+    finished: list[int]
+    sequences: int
+    rows: int
+    emitted: int
+    prefilled: int
 
 class SamplingParams:
     temperature: float
@@ -127,6 +135,12 @@ class Core:
     def generate(
         self, request: GenerateRequest, on_chunk: ChunkCallback | None = None
     ) -> dict[str, Any]: ...
+    def start(self, request: GenerateRequest, on_chunk: ChunkCallback | None = None) -> int: ...
+    def step(self) -> StepReport: ...
+    def take_result(self, id: int) -> dict[str, Any]: ...
+    def cancel(self, id: int) -> None: ...
+    def n_seq(self) -> int: ...
+    def n_active(self) -> int: ...
     def next_token_logits(
         self, tokens: list[int], batch_rows: int = 1
     ) -> npt.NDArray[np.float32]: ...
@@ -172,6 +186,17 @@ class _Testing:
         MEAN = 0
         PESSIMISTIC = 1
         OPTIMISTIC = 2
+
+    class PassCostCurve:
+        def __init__(self) -> None: ...
+        def observe(self, rows: int, seconds: float) -> None: ...
+        def seconds(self, rows: int) -> float: ...
+    @staticmethod
+    def batch_draft_lengths(
+        gains: list[list[float]], cost: _Testing.PassCostCurve, base_rows: int, base_tokens: float
+    ) -> list[int]: ...
+    @staticmethod
+    def plan_prefill(remaining: list[int], others_running: bool, chunk: int) -> list[int]: ...
 
     class DraftController:
         k_max: int

@@ -7,16 +7,16 @@
 
 Every generation runs entirely in C++ (``localspec._core``) with the GIL released; the core
 calls back once per speculative step with the emitted chunk. The server and the TUI use
-``submit`` and read the returned handle, which is an iterator of chunks.
+``submit`` and read the returned handle, which is an iterator of chunks. Up to
+``LoadOptions.parallel`` generations run together, sharing each target pass
+(localspec.engine_loop).
 """
 
 from __future__ import annotations
 
 import queue
-import random
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,20 +24,12 @@ from typing import Any, TypeVar
 import numpy as np
 
 from localspec import _core
-from localspec.convert import logprobs_from_core, params_to_core, stats_from_core
 from localspec.drafter_spec import DrafterSpec
-from localspec.errors import EngineClosedError, LocalspecError, QueueFullError
+from localspec.engine_loop import EngineLoop, Job, PassReport
+from localspec.errors import EngineClosedError, QueueFullError
 from localspec.loading import LoadOptions, open_core
-from localspec.types import (
-    Chunk,
-    EngineInfo,
-    GenerationParams,
-    GenerationResult,
-    GenerationStats,
-    Provenance,
-)
+from localspec.types import Chunk, EngineInfo, GenerationParams, GenerationResult
 
-_PROVENANCE: tuple[Provenance, Provenance] = ("draft", "target")
 _DONE = object()
 _T = TypeVar("_T")
 
@@ -101,12 +93,13 @@ class Engine:
     """
 
     def __init__(self, options: LoadOptions, max_queue: int = 64) -> None:
-        self._requests: queue.Queue[RequestHandle | _Job | None] = queue.Queue()
+        self._requests: queue.Queue[RequestHandle | Job | None] = queue.Queue()
         self._max_queue = max_queue
         self._closed = False
         self._lock = threading.Lock()
         self._pending = 0
-        loaded: _Job = _Job(lambda: open_core(options))
+        self._pass_observers: list[Callable[[PassReport], None]] = []
+        loaded: Job = Job(lambda: open_core(options))
         self._thread = threading.Thread(
             target=self._serve, args=(loaded,), name="localspec-engine", daemon=True
         )
@@ -181,6 +174,10 @@ class Engine:
         finally:
             handle.cancel()
 
+    def observe_passes(self, observer: Callable[[PassReport], None]) -> None:
+        """Call ``observer`` on the engine thread after every target pass (metrics)."""
+        self._pass_observers.append(observer)
+
     @property
     def queue_depth(self) -> int:
         """Requests submitted and not yet finished (including the running one)."""
@@ -227,7 +224,7 @@ class Engine:
         self._call(lambda: self._core.restore_controller_memory(memory))
 
     def _call(self, fn: Callable[[], _T]) -> _T:
-        job = _Job(fn)
+        job = Job(fn)
         with self._lock:
             if self._closed:
                 raise EngineClosedError("The engine is closed; load a new one.")
@@ -270,98 +267,14 @@ class Engine:
 
     # ---- the engine thread ---------------------------------------------------------------
 
-    def _serve(self, load: _Job) -> None:
+    def _serve(self, load: Job) -> None:
         load.run()
         if load.future.exception() is not None:
             return
-        while True:
-            handle = self._requests.get()
-            if handle is None:
-                break
-            if isinstance(handle, _Job):
-                handle.run()
-                continue
-            try:
-                self._run(handle)
-            finally:
-                with self._lock:
-                    self._pending -= 1
-        while not self._requests.empty():  # closed: fail what is still queued
-            handle = self._requests.get()
-            if isinstance(handle, RequestHandle):
-                handle._finish(
-                    None, EngineClosedError("The engine was closed before this request ran.")
-                )
-        self._core.close()
+        core, info = load.future.result()
+        EngineLoop(core, info, self._requests, self._request_done, self._pass_observers).run()
+        core.close()  # the engine thread frees the contexts
 
-    def _run(self, handle: RequestHandle) -> None:
-        if handle.cancelled:
-            handle._finish(_empty_result("cancelled"), None)
-            return
-        params = handle.params
-        if params.seed is None:
-            params = replace(params, seed=random.getrandbits(63))
-        if not self.info.drafter_spec.drafts:  # also when loading turned the n-gram drafter off
-            params = replace(params, speculative=False)
-        try:
-            prompt = handle.prompt
-            tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
-            core_request = params_to_core(params, tokens)
-
-            def on_chunk(
-                text: str, ids: list[int], prov: list[int], stats: _core.GenerationStats,
-                lps: list[Any],
-            ) -> bool:
-                chunk = Chunk(
-                    text, ids, [_PROVENANCE[p] for p in prov], stats_from_core(stats),
-                    logprobs_from_core(lps, params.logprobs),
-                )
-                return handle._on_chunk(chunk)
-
-            raw = self._core.generate(core_request, on_chunk)
-            result = GenerationResult(
-                text=raw["text"],
-                tokens=list(raw["tokens"]),
-                provenance=[_PROVENANCE[p] for p in raw["provenance"]],
-                finish_reason=raw["finish_reason"],
-                stats=stats_from_core(raw["stats"]),
-                pass_rows=list(raw["pass_rows"]),
-                pass_emitted=list(raw["pass_emitted"]),
-                logprobs=logprobs_from_core(raw["logprobs"], params.logprobs),
-            )
-            if result.finish_reason == "stop" and params.stop:
-                result.text_tokens = text_tokens(self.detokenize, result.tokens, result.text)
-        except LocalspecError as error:
-            handle._finish(None, error)
-        except Exception as error:  # a bug: keep it visible to the caller
-            handle._finish(None, error)
-        else:
-            handle._finish(result, None)
-
-
-class _Job:
-    """A function to run on the engine thread (it owns the contexts)."""
-
-    def __init__(self, fn: Callable[[], Any]) -> None:
-        self.fn = fn
-        self.future: Future[Any] = Future()
-
-    def run(self) -> None:
-        try:
-            self.future.set_result(self.fn())
-        except BaseException as error:  # noqa: BLE001 - handed to the caller
-            self.future.set_exception(error)
-
-
-def text_tokens(detokenize: Callable[[Sequence[int]], str], tokens: Sequence[int],
-                text: str) -> int:
-    """How many of ``tokens`` it takes to spell ``text``: the fewest whose text starts with it
-    (a stop string cuts the text, and the tokens after the cut never reach the caller)."""
-    n = len(tokens)
-    while n > 0 and detokenize(tokens[: n - 1]).startswith(text):
-        n -= 1
-    return n
-
-
-def _empty_result(reason: str) -> GenerationResult:
-    return GenerationResult("", [], [], reason, GenerationStats())  # type: ignore[arg-type]
+    def _request_done(self) -> None:
+        with self._lock:
+            self._pending -= 1

@@ -56,6 +56,9 @@ class LoadOptions:
     # Exact mode (docs/exact.md): batch-invariant target passes, so speculative output equals
     # plain output bit for bit. A load-time choice (llama.cpp's kernels and cache type).
     exact: bool = False
+    # Generations that run together, sharing each target pass (batched serving; the server's
+    # --parallel). A drafter that runs a model, or exact mode, serves one at a time.
+    parallel: int = 1
     verbose: bool = False
 
     def __post_init__(self) -> None:
@@ -77,7 +80,24 @@ _LOAD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "draft_p_min": (lambda v: isinstance(v, (int, float)) and 0.0 <= v < 1.0, "use [0, 1)"),
     "n_threads": (lambda v: v is None or (isinstance(v, int) and v >= 1), "use 1 or more"),
     "kv_type": (lambda v: v in KV_TYPES, "use one of " + ", ".join(sorted(KV_TYPES))),
+    "parallel": (lambda v: isinstance(v, int) and 1 <= v <= MAX_PARALLEL, "use 1 to 64"),
 }
+MAX_PARALLEL = 64
+
+
+def parallel_in_effect(options: LoadOptions) -> tuple[int, str]:
+    """(generations per pass, a notice when fewer than asked). Sharing passes needs a drafter
+    that runs no model (each generation would need its own draft context) and, in exact mode,
+    a KV stream per generation (not built yet: a shared cache changes attention's low bits)."""
+    if options.parallel == 1:
+        return 1, ""
+    if options.draft.kind not in ("ngram", "none"):
+        why = "a draft model or head drafts for one generation at a time"
+    elif options.exact:
+        why = "exact mode keeps each generation's passes to itself"
+    else:
+        return options.parallel, ""
+    return 1, f"serving one generation at a time (not {options.parallel}): {why}."
 
 
 def load_rule_violation(name: str, value: object) -> str | None:
@@ -176,12 +196,14 @@ def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:
     core_options.kv_type = options.kv_type
     core_options.exact = options.exact
     core_options.verbose = options.verbose
+    core_options.n_seq, parallel_notice = parallel_in_effect(options)
     core = _core.Core(core_options)
     try:
         drafter, notice = speculation_drafter(core, options)
     except ModelLoadError:
         core.close()
         raise
+    notice = " ".join(n for n in (notice, parallel_notice) if n)
     return core, _engine_info(core, replace(options, draft=canonical_drafter(drafter)), notice)
 
 
@@ -203,4 +225,5 @@ def _engine_info(core: _core.Core, options: LoadOptions, notice: str) -> EngineI
         draft_head=core.draft_head(),
         memory=core.memory_kind(),
         notice=notice,
+        parallel=core.n_seq(),
     )

@@ -248,6 +248,8 @@ class EngineInfo:
     # Something the user should know about what was loaded ("" when nothing), e.g. why
     # speculation is off.
     notice: str = ""
+    # Generations that share each target pass (LoadOptions.parallel, or 1 where it cannot).
+    parallel: int = 1
 
     @property
     def drafter_spec(self) -> DrafterSpec:

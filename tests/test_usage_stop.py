@@ -9,7 +9,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from localspec.engine import Engine, text_tokens
+from localspec.engine import Engine
+from localspec.engine_loop import text_tokens
 from localspec.server import create_app
 from localspec.server.background import BackgroundServer
 

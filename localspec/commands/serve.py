@@ -23,6 +23,7 @@ from localspec.types import GenerationParams
 
 API_KEY_ENV = "LOCALSPEC_API_KEY"
 LIMITS = ServerOptions()  # the defaults shown in --help
+DEFAULT_PARALLEL = 4
 
 
 def register(subparsers: Any) -> None:
@@ -38,6 +39,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--model-name", help="the model id clients send (default: the pair name)")
     parser.add_argument("--chat-template", help="a Jinja2 chat template file overriding the "
                         "GGUF's (default: the pair's, else the GGUF's)")
+    parser.add_argument(
+        "--parallel", type=int, default=DEFAULT_PARALLEL, metavar="N",
+        help="generations that run together, sharing each target pass; more wait in the queue "
+        "(default: %(default)s; 1 with a draft model or head, or in exact mode)",
+    )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"],
                         help="the server's log level (default: %(default)s)")
     _add_access_arguments(parser)
@@ -101,7 +107,7 @@ def run_serve(args: argparse.Namespace) -> int:
     with bind(args.host, args.port) as sock:
         choice = choose_models(args)
         _warn_if_exposed(args.host, args.api_key)
-        with load_engine(args, choice) as engine:
+        with load_engine(args, choice, parallel=args.parallel) as engine:
             for note in limit_notes(args, choice.n_ctx, engine.info):
                 print(f"localspec: note: {note}", file=sys.stderr)
             app = create_app(
@@ -114,7 +120,8 @@ def run_serve(args: argparse.Namespace) -> int:
             name = app.state.localspec.model_name
             print(
                 f"localspec: serving '{name}' (drafter: {engine.info.drafter}"
-                f"{', exact mode' if engine.info.exact else ''}) on "
+                f"{', exact mode' if engine.info.exact else ''}, "
+                f"{engine.info.parallel} at once) on "
                 f"http://{_url_host(args.host)}:{sock.getsockname()[1]}/v1",
                 file=sys.stderr,
             )

@@ -14,23 +14,34 @@ Names (all prefixed ``localspec_``):
 - ``queue_depth``: requests running or waiting in the server's queue.
 - ``queue_wait_seconds``: histogram, time from arrival to a running slot, per started request.
 - ``rejected_requests_total{reason}``: requests refused before they ran, by ``REJECT_REASONS``.
+- ``batch_size``: histogram, generations in each target pass (batched serving, ``--parallel``).
+- ``pass_rows``: histogram, rows of each target pass (every generation's [last, drafts]).
+- ``request_tokens_per_second``: histogram, one observation per generation.
+- ``tokens_per_second``: tokens emitted by all generations over the last 10 seconds, per second.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from prometheus_client import CONTENT_TYPE_LATEST as PROMETHEUS_CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from localspec.engine_loop import PassReport
 from localspec.types import GenerationStats
 
 __all__ = ["PROMETHEUS_CONTENT_TYPE", "ServerMetrics"]
 
 TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
+ROWS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+RATE_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+RATE_WINDOW_SECONDS = 10.0
 WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 # Why a request was refused (a bounded label set; docs/server.md explains each).
@@ -99,6 +110,25 @@ class ServerMetrics:
         )
         for reason in REJECT_REASONS:
             self.refused.labels(reason=reason)
+        self.batch_size = Histogram(
+            "localspec_batch_size", "Generations in each target pass.", buckets=BATCH_BUCKETS,
+            registry=reg,
+        )
+        self.pass_rows = Histogram(
+            "localspec_pass_rows", "Rows of each target pass.", buckets=ROWS_BUCKETS,
+            registry=reg,
+        )
+        self.request_rate = Histogram(
+            "localspec_request_tokens_per_second",
+            "Generated tokens per second of generation, one observation per generation.",
+            buckets=RATE_BUCKETS, registry=reg,
+        )
+        self._recent = _RecentTokens(RATE_WINDOW_SECONDS)
+        self._gauge(
+            "localspec_tokens_per_second",
+            f"Tokens emitted by all generations in the last {RATE_WINDOW_SECONDS:g} s, per second.",
+            self._recent.rate,
+        )
         self._gauge("localspec_queue_depth", "Requests waiting or running.", queue_depth)
         self._gauge(
             "localspec_acceptance_rate", "Accepted / drafted tokens since start.",
@@ -122,6 +152,12 @@ class ServerMetrics:
     def record_queue_wait(self, seconds: float) -> None:
         self.queue_wait.observe(seconds)
 
+    def record_pass(self, report: PassReport) -> None:
+        """One target pass (called on the engine thread)."""
+        self.batch_size.observe(report.sequences)
+        self.pass_rows.observe(report.rows)
+        self._recent.add(report.emitted)
+
     def record_generation(self, endpoint: str, finish_reason: str, stats: GenerationStats) -> None:
         self.generations.labels(endpoint=endpoint, finish_reason=finish_reason).inc()
         self.prompt_tokens.inc(stats.prompt_tokens)
@@ -134,6 +170,8 @@ class ServerMetrics:
         if stats.n_tokens > 0:
             self.time_per_token.observe(stats.generation_seconds / stats.n_tokens)
             self.time_to_first_token.observe(stats.time_to_first_token)
+        if stats.generation_seconds > 0:
+            self.request_rate.observe(stats.n_tokens / stats.generation_seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -160,3 +198,27 @@ class _Totals:
         with self.lock:
             bottom = getattr(self, denominator)
             return getattr(self, numerator) / bottom if bottom else 0.0
+
+
+class _RecentTokens:
+    """Tokens emitted in the last ``window`` seconds (the aggregate rate gauge)."""
+
+    def __init__(self, window: float) -> None:
+        self._window = window
+        self._events: deque[tuple[float, int]] = deque()
+        self._lock = threading.Lock()
+
+    def add(self, tokens: int) -> None:
+        with self._lock:
+            self._events.append((time.monotonic(), tokens))
+            self._trim()
+
+    def rate(self) -> float:
+        with self._lock:
+            self._trim()
+            return sum(n for _, n in self._events) / self._window
+
+    def _trim(self) -> None:
+        cutoff = time.monotonic() - self._window
+        while self._events and self._events[0][0] < cutoff:
+            self._events.popleft()

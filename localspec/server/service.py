@@ -68,7 +68,10 @@ class Service:
         self.options = options
         self.model_names = {model_name, engine.info.target_name}
         self.metrics = ServerMetrics(lambda: self.queue.depth)
-        self.queue = RequestQueue(options.max_queue, on_turn=self.metrics.record_queue_wait)
+        self.queue = RequestQueue(
+            options.max_queue, slots=engine.info.parallel, on_turn=self.metrics.record_queue_wait
+        )
+        engine.observe_passes(self.metrics.record_pass)
         self._draining = False
 
     def check_model(self, model: str) -> None:

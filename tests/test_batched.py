@@ -1,0 +1,177 @@
+"""Batched generation (issue 17): several generations share each target pass.
+
+Pure logic first (the k choice from a fake cost curve, the pass cost curve, chunked prefill),
+then the real engine on a tiny model: every batched result equals the same request run alone,
+with generations joining and leaving between steps, a long prompt prefilled in chunks while
+others run, cancellation, and seeded sampling."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from localspec import _core
+from localspec.engine import Engine
+from localspec.engine_loop import PassReport
+from localspec.types import GenerationParams, GenerationResult
+
+T = _core.testing
+GREEDY = GenerationParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+PROMPTS = [
+    "the quick brown fox",
+    "hello world, this is",
+    "the cat sat on the mat and the dog sat on the log. the cat sat",
+    "def main(): return",
+    "one two three four one two three",
+]
+
+
+def curve(points: dict[int, float]) -> _core._Testing.PassCostCurve:
+    c = T.PassCostCurve()
+    for rows, seconds in points.items():
+        c.observe(rows, seconds)
+    return c
+
+
+# ---- pure logic -------------------------------------------------------------------------
+
+def test_a_flat_cost_curve_keeps_every_draft() -> None:
+    flat = curve({1: 1.0, 64: 1.0})  # a GPU: 1 or 64 rows cost the same
+    gains = [[0.9, 0.5, 0.1], [0.3], [0.8, 0.7]]
+    assert T.batch_draft_lengths(gains, flat, 3, 3.0) == [3, 1, 2]
+
+
+def test_when_the_batch_fills_the_hardware_nobody_drafts() -> None:
+    linear = curve({1: 1.0, 2: 2.0, 64: 64.0})  # every row costs a whole pass
+    gains = [[0.9, 0.8, 0.7], [0.95, 0.9]]
+    assert T.batch_draft_lengths(gains, linear, 2, 2.0) == [0, 0]
+
+
+def test_rows_go_to_the_drafts_most_likely_to_be_accepted() -> None:
+    # Rows 2..4 cost little more than 2, then every row is dear: the two best tokens win.
+    cost = curve({2: 1.0, 4: 1.05, 5: 2.0, 12: 9.0})
+    gains = [[0.9, 0.85, 0.2], [0.3, 0.1]]
+    assert T.batch_draft_lengths(gains, cost, 2, 2.0) == [2, 0]
+
+
+def test_rows_that_are_not_cut_count_in_the_cost() -> None:
+    cost = curve({1: 1.0, 4: 1.0, 5: 10.0, 12: 20.0})
+    # Alone (base 1 row) the draft fits under the knee at 4 rows; with 4 base rows it does not.
+    assert T.batch_draft_lengths([[0.9, 0.9, 0.9]], cost, 1, 1.0) == [3]
+    assert T.batch_draft_lengths([[0.9, 0.9, 0.9]], cost, 4, 4.0) == [0]
+
+
+def test_the_pass_cost_curve_interpolates_and_never_gets_cheaper() -> None:
+    c = curve({1: 1.0, 3: 3.0, 8: 4.0})
+    assert c.seconds(2) == pytest.approx(2.0)
+    assert c.seconds(5) == pytest.approx(3.4)
+    assert c.seconds(10) == pytest.approx(4.4)  # the last segment's slope, extended
+    dip = curve({1: 1.0, 4: 2.0, 8: 1.5})  # CPUs: 8 rows can cost less than 4
+    assert dip.seconds(6) >= dip.seconds(4)
+
+
+def test_a_preempted_pass_moves_the_estimate_only_a_little() -> None:
+    c = curve({4: 1.0})
+    c.observe(4, 100.0)  # another process took the CPU: at most twice the estimate counts
+    assert c.seconds(4) == pytest.approx(1.2)
+
+
+def test_prefill_takes_everything_when_nobody_waits_and_chunks_otherwise() -> None:
+    assert T.plan_prefill([300, 700], False, 256) == [300, 700]
+    assert T.plan_prefill([300, 700], True, 256) == [256, 0]  # oldest first
+    assert T.plan_prefill([100, 700], True, 256) == [100, 156]
+    assert T.plan_prefill([0, 50], True, 256) == [0, 50]
+
+
+# ---- the engine ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def solo(tiny_model_path: Path) -> Iterator[Engine]:
+    engine = Engine.load(tiny_model_path, draft="ngram", n_threads=1)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def batched(tiny_model_path: Path) -> Iterator[Engine]:
+    engine = Engine.load(tiny_model_path, draft="ngram", n_threads=1, parallel=4)
+    yield engine
+    engine.close()
+
+
+def alone(engine: Engine, prompt: str, params: GenerationParams) -> GenerationResult:
+    return engine.generate(prompt, params)
+
+
+def test_the_engine_reports_its_slots(batched: Engine, solo: Engine) -> None:
+    assert batched.info.parallel == 4 and solo.info.parallel == 1
+
+
+def test_concurrent_greedy_requests_equal_each_run_alone(solo: Engine, batched: Engine) -> None:
+    passes: list[PassReport] = []
+    batched.observe_passes(passes.append)
+    params = [replace(GREEDY, max_tokens=12 + 9 * i) for i in range(len(PROMPTS))]  # leave apart
+    expected = [alone(solo, p, q).tokens for p, q in zip(PROMPTS, params, strict=True)]
+    handles = [batched.submit(p, q) for p, q in zip(PROMPTS, params, strict=True)]
+    results = [h.result(timeout=120) for h in handles]
+    assert [r.tokens for r in results] == expected
+    for r, q in zip(results, params, strict=True):
+        assert r.stats.n_tokens == len(r.tokens) == q.max_tokens  # stats are per request
+    assert max(p.sequences for p in passes) == 4  # 5 requests, 4 slots: the fifth waited
+    assert any(p.sequences > 1 and p.rows > p.sequences for p in passes) or all(
+        r.stats.drafted == 0 for r in results
+    )
+
+
+def test_a_request_joins_while_others_generate(solo: Engine, batched: Engine) -> None:
+    long_params = replace(GREEDY, max_tokens=120)
+    first = batched.submit(PROMPTS[2], long_params)
+    chunks = iter(first)
+    next(chunks)  # the first generation is running
+    # A long prompt joins: it is prefilled in pieces between the first one's steps.
+    joining_prompt = " ".join(["the cat sat on the mat"] * 60)
+    second = batched.submit(joining_prompt, GREEDY)
+    assert second.result(timeout=120).tokens == alone(solo, joining_prompt, GREEDY).tokens
+    assert first.result(timeout=120).tokens == alone(solo, PROMPTS[2], long_params).tokens
+
+
+def test_cancelling_one_generation_leaves_the_others_untouched(
+    solo: Engine, batched: Engine
+) -> None:
+    params = replace(GREEDY, max_tokens=200)
+    doomed = batched.submit(PROMPTS[0], params)
+    kept = batched.submit(PROMPTS[1], GREEDY)
+    next(iter(doomed))
+    doomed.cancel()
+    assert doomed.result(timeout=60).finish_reason == "cancelled"
+    assert doomed.result().stats.n_tokens < 200
+    assert kept.result(timeout=60).tokens == alone(solo, PROMPTS[1], GREEDY).tokens
+
+
+def test_seeded_sampling_is_reproducible_in_a_batch(solo: Engine, batched: Engine) -> None:
+    sampled = GenerationParams(temperature=0.8, seed=1234, max_tokens=30, ignore_eos=True)
+    expected = alone(solo, PROMPTS[3], sampled).tokens
+    results: list[list[int]] = []
+
+    def run() -> None:
+        results.append(batched.generate(PROMPTS[3], sampled).tokens)
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert results == [expected] * 3
+
+
+def test_a_draft_model_serves_one_generation_at_a_time(
+    tiny_model_path: Path, tiny_draft_path: Path
+) -> None:
+    with Engine.load(tiny_model_path, draft=str(tiny_draft_path), n_threads=1,
+                     parallel=4) as engine:
+        assert engine.info.parallel == 1
+        assert "one generation at a time" in engine.info.notice
