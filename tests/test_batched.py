@@ -175,3 +175,35 @@ def test_a_draft_model_serves_one_generation_at_a_time(
                      parallel=4) as engine:
         assert engine.info.parallel == 1
         assert "one generation at a time" in engine.info.notice
+
+
+# ---- the server -----------------------------------------------------------------------------
+
+def test_the_server_streams_two_requests_at_once(batched: Engine) -> None:
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from localspec.server import create_app
+    from localspec.server.background import BackgroundServer
+    from localspec.server.options import ServerOptions
+
+    app = create_app(batched, ServerOptions())
+    body = {"model": batched.info.target_name, "prompt": PROMPTS[0], "max_tokens": 400,
+            "temperature": 0, "ignore_eos": True, "stream": True}
+    with BackgroundServer(app) as server:
+        url = f"{server.base_url}/v1/completions"
+        with httpx.stream("POST", url, json=body, timeout=60) as first:
+            lines = first.iter_lines()
+            next(line for line in lines if line.startswith("data: "))  # the first is running
+            # A second, short request finishes while the first is still streaming.
+            short = httpx.post(url, json={**body, "max_tokens": 5, "stream": False}, timeout=60)
+            assert short.status_code == 200
+            assert short.json()["usage"]["completion_tokens"] == 5
+            rest = [line for line in lines if line.startswith("data: ")]
+        assert rest[-1] == "data: [DONE]" and len(rest) > 2
+        text = httpx.get(f"{server.base_url}/metrics").text
+    samples = {s.name + str(s.labels.get("le", "")): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}
+    # Some passes held both generations: fewer single-generation passes than passes.
+    assert samples["localspec_batch_size_bucket1.0"] < samples["localspec_batch_size_count"]
+    assert samples["localspec_pass_rows_count"] == samples["localspec_batch_size_count"]

@@ -35,7 +35,10 @@ def start(model: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
 
 @pytest.fixture
 def server(tiny_model_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    process, base = start(tiny_model_path, "--ctx", "4096", "--shutdown-timeout", "1")
+    # One generation at a time: the second and third requests wait in the queue.
+    process, base = start(
+        tiny_model_path, "--ctx", "4096", "--shutdown-timeout", "1", "--parallel", "1"
+    )
     yield process, base
     if process.poll() is None:
         process.kill()

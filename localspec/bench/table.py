@@ -141,3 +141,19 @@ def print_ceiling(ceiling: Ceiling, console: Console) -> None:
                       "median pass costs, so a run whose passes were faster than those medians "
                       "(noise, another load ending) can beat it; compare the A/A column.",
                       style="dim")
+
+
+def print_serving(rows: Sequence[dict[str, float]], parallel: int, console: Console) -> None:
+    """Batched serving (localspec.bench.serving): --parallel N against --parallel 1."""
+    table = Table(title=f"batched serving: --parallel {parallel} against --parallel 1 "
+                  "(aggregate tokens/s, median time to first token)", title_justify="left")
+    _add_columns(table, ("clients", "tok/s p1", f"tok/s p{parallel}", "throughput",
+                         "TTFT p1 (s)", f"TTFT p{parallel} (s)", "TTFT ratio"))
+    for row in rows:
+        table.add_row(
+            str(int(row["clients"])), f"{row['tokens_per_second_parallel_1']:.1f}",
+            f"{row[f'tokens_per_second_parallel_{parallel}']:.1f}",
+            f"{row['throughput_ratio']:.2f}x", f"{row['median_ttft_parallel_1']:.2f}",
+            f"{row[f'median_ttft_parallel_{parallel}']:.2f}", f"{row['ttft_ratio']:.2f}",
+        )
+    console.print(table)

@@ -31,7 +31,13 @@ from localspec.bench.synthetic_mode import (
     theory_rows,
     write_synthetic_pair,
 )
-from localspec.bench.table import print_baseline, print_ceiling, print_report, print_theory
+from localspec.bench.table import (
+    print_baseline,
+    print_ceiling,
+    print_report,
+    print_serving,
+    print_theory,
+)
 from localspec.commands.common import add_model_arguments, choose_models, draft_max_arg, load_engine
 from localspec.convert import AUTO_DRAFT_MAX
 from localspec.drafter_spec import DrafterSpec
@@ -89,6 +95,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--baseline-num-pred-tokens", type=int, default=None,
                         help="tokens per prompt-lookup draft in the baseline (default: 2 on a "
                         "CPU-only build, 10 with GPU offload, as llama-cpp-python advises)")
+    serving = parser.add_argument_group("batched serving (--clients)")
+    serving.add_argument("--clients", default=None, metavar="LIST",
+                         help="measure `localspec serve` with this many concurrent streaming "
+                         "clients (e.g. 1,2,4,8), --parallel 1 against --parallel N")
+    serving.add_argument("--parallel", type=int, default=4, metavar="N",
+                         help="the batched server's --parallel (default: %(default)s)")
     synthetic = parser.add_argument_group("synthetic pair (--synthetic)")
     synthetic.add_argument("--synthetic", action="store_true",
                            help="benchmark a generated target/draft pair against the theory "
@@ -206,6 +218,8 @@ def run(args: argparse.Namespace) -> int:
     params = GenerationParams(max_tokens=args.max_tokens, temperature=args.temperature,
                               draft_max=draft_max, seed=0)
     params.validate()
+    if args.clients:
+        return _run_serving(args, prompts, params)
     if args.synthetic:
         spec = _synthetic_spec(args)
         with tempfile.TemporaryDirectory(prefix="localspec-synthetic-") as tmp:
@@ -235,6 +249,26 @@ def run(args: argparse.Namespace) -> int:
     if header.get("rows_differing"):
         return 1  # exact mode broke its promise
     return 0 if outcome.report.overall.identical != "NO" or args.temperature > 0 else 1
+
+
+def _run_serving(args: argparse.Namespace, prompts: list[Prompt], params: GenerationParams) -> int:
+    from localspec.bench.serving import parse_clients, rounds_table, run_serving
+
+    clients = parse_clients(args.clients)
+    model_args = [flag for name, flag in (("pair", "--pair"), ("target", "--target"),
+                                          ("draft", "--draft"), ("ctx", "--ctx"),
+                                          ("threads", "--threads"), ("kv_type", "--kv-type"))
+                  for flag in ([flag, str(getattr(args, name))] if getattr(args, name) else [])]
+    with Console(stderr=True).status("serving the prompts to --parallel 1, then "
+                                     f"--parallel {args.parallel}"):
+        rounds = run_serving(model_args, prompts, params, clients, args.parallel)
+    rows = rounds_table(rounds, args.parallel)
+    if args.json:
+        print(json.dumps({"max_tokens": args.max_tokens, "temperature": args.temperature,
+                          "parallel": args.parallel, "rows": rows}))
+        return 0
+    print_serving(rows, args.parallel, Console(width=120))
+    return 0
 
 
 def _heads(engine: Engine, runs: list[PromptRun]) -> dict[str, Any]:

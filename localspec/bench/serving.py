@@ -1,0 +1,158 @@
+"""`localspec bench --clients 1,2,4,8`: batched serving measured as clients see it.
+
+The same prompts go to two real servers (``localspec serve`` in a child process, one after
+the other, never both at once): one with ``--parallel 1`` (one generation at a time) and one
+with ``--parallel N``. For each number of concurrent streaming clients, every client sends
+one prompt; the round's aggregate tokens per second (all generated tokens over the round's
+wall time) and each client's time to first token (first streamed text) are recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from localspec.errors import InvalidParameterError
+from localspec.prompts import Prompt
+from localspec.types import GenerationParams
+
+READY_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round: ``clients`` concurrent requests against a server with ``parallel`` slots."""
+
+    parallel: int
+    clients: int
+    tokens: int
+    seconds: float
+    ttft: list[float]
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def median_ttft(self) -> float:
+        return statistics.median(self.ttft) if self.ttft else 0.0
+
+
+def parse_clients(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise InvalidParameterError(
+            f"--clients {text!r} is invalid: give client counts such as 1,2,4,8.")
+    return counts
+
+
+def run_serving(model_args: list[str], prompts: list[Prompt], params: GenerationParams,
+                clients: list[int], parallel: int) -> list[Round]:
+    """Every client count against --parallel 1, then against --parallel ``parallel``."""
+    if len(prompts) < max(clients):
+        raise InvalidParameterError(
+            f"{max(clients)} clients need as many prompts; the prompt set has {len(prompts)}.")
+    rounds: list[Round] = []
+    for slots in (1, parallel):
+        with _Server(model_args, slots) as url:
+            _request(url, prompts[0], params)  # warm-up: start-up calibration, caches
+            for count in clients:
+                rounds.append(_round(url, slots, prompts[:count], params))
+    return rounds
+
+
+def _round(url: str, parallel: int, prompts: list[Prompt], params: GenerationParams) -> Round:
+    start = time.perf_counter()
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        outcomes = list(pool.map(lambda p: _request(url, p, params, start), prompts))
+    seconds = time.perf_counter() - start
+    return Round(parallel, len(prompts), sum(n for n, _ in outcomes), seconds,
+                 [t for _, t in outcomes])
+
+
+def _request(url: str, prompt: Prompt, params: GenerationParams,
+             start: float | None = None) -> tuple[int, float]:
+    """(generated tokens, seconds from ``start`` to the first streamed text)."""
+    began = time.perf_counter() if start is None else start
+    body: dict[str, Any] = {
+        "model": "bench", "prompt": prompt.text, "max_tokens": params.max_tokens,
+        "temperature": params.temperature, "seed": 0, "ignore_eos": True, "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    first, tokens = 0.0, 0
+    with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=600) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[len("data: "):])
+            if event.get("usage"):
+                tokens = event["usage"]["completion_tokens"]
+            if not first and any(c.get("text") for c in event.get("choices", [])):
+                first = time.perf_counter() - began
+    return tokens, first
+
+
+class _Server:
+    """``localspec serve --parallel N`` on a free loopback port, for one ``with`` block."""
+
+    def __init__(self, model_args: list[str], parallel: int) -> None:
+        self._args = model_args
+        self._parallel = parallel
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> str:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "localspec.cli", "serve", *self._args, "--model-name", "bench",
+             "--port", str(port), "--parallel", str(self._parallel), "--log-level", "warning",
+             "--max-queue", "64", "--max-connections", "128"],
+            stderr=subprocess.DEVNULL,
+        )
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + READY_SECONDS
+        while time.monotonic() < deadline and self._process.poll() is None:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    return url
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        self.__exit__()
+        raise InvalidParameterError("the bench server did not start; run `localspec serve` with "
+                                    "the same model flags to see why.")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            self._process.wait(60)
+
+
+def rounds_table(rounds: list[Round], parallel: int) -> list[dict[str, float]]:
+    """One row per client count: both servers' figures and their ratios."""
+    rows = []
+    for one in (r for r in rounds if r.parallel == 1):
+        many = next(r for r in rounds if r.parallel == parallel and r.clients == one.clients)
+        rows.append({
+            "clients": one.clients,
+            "tokens_per_second_parallel_1": one.tokens_per_second,
+            f"tokens_per_second_parallel_{parallel}": many.tokens_per_second,
+            "throughput_ratio": many.tokens_per_second / max(one.tokens_per_second, 1e-9),
+            "median_ttft_parallel_1": one.median_ttft,
+            f"median_ttft_parallel_{parallel}": many.median_ttft,
+            "ttft_ratio": many.median_ttft / max(one.median_ttft, 1e-9),
+        })
+    return rows
