@@ -57,13 +57,14 @@ void split_over_threads(int64_t n_items, int n_threads, const std::function<void
     for (std::thread& thread : threads) thread.join();
 }
 
-std::vector<std::string> vnni_kernel_names() {
+std::vector<std::string> head_kernel_names() {
     std::vector<std::string> out;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("f16c") || !__builtin_cpu_supports("fma")) return out;
     if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl")) out.emplace_back("avx512vnni");
     if (__builtin_cpu_supports("avxvnni")) out.emplace_back("avxvnni");
+    if (__builtin_cpu_supports("avx2")) out.emplace_back("avx2");
 #endif
     return out;
 }

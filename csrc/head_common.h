@@ -64,8 +64,9 @@ void run_groups(const Job& job, int64_t g0, int64_t g1) {
     }
 }
 
-// The x86 instructions both heads' kernels need, fastest first: "avx512vnni" (AVX512-VNNI with
-// 256-bit vectors and 32 registers) and "avxvnni".
-std::vector<std::string> vnni_kernel_names();
+// The x86 instruction sets both heads' kernels run on, fastest first: "avx512vnni" (AVX512-VNNI
+// with 256-bit vectors and 32 registers), "avxvnni", and "avx2" (the same integer products
+// from AVX2's byte multiply-adds, a few instructions each instead of one).
+std::vector<std::string> head_kernel_names();
 
 }  // namespace localspec

@@ -373,7 +373,7 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
     // rollback those would be missing from the window: keep the full-size cache instead.
     params.swa_full = true;
     // Exact mode always computes the head (exact_head.h); the batched heads need VNNI.
-    impl_->fast_head = options.exact || (options.fast_head && !vnni_kernel_names().empty());
+    impl_->fast_head = options.exact || (options.fast_head && !head_kernel_names().empty());
     impl_->hooks.fast_head = impl_->fast_head;
     impl_->hook.set_exact(options.exact);
     impl_->exact = options.exact;

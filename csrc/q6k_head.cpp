@@ -221,7 +221,14 @@ struct Job {
         }                                                                                            \
     }
 
+// acc + the sums of 4 products of unsigned 6-bit weights and signed bytes per 32-bit lane, as
+// VNNI's dpbusd gives them: a pair's sum is at most 2 * 63 * 128, so 16 bits hold it exactly.
+__attribute__((target("avx2"))) inline __m256i dot_u6_avx2(__m256i acc, __m256i w, __m256i x) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
+}
+
 LOCALSPEC_Q6K_TILE(tile_avxvnni, "avx2,fma,f16c,avxvnni", _mm256_dpbusd_avx_epi32)
+LOCALSPEC_Q6K_TILE(tile_avx2, "avx2,fma,f16c", dot_u6_avx2)
 LOCALSPEC_Q6K_TILE(tile_avx512vnni, "avx2,fma,f16c,avx512vl,avx512vnni", _mm256_dpbusd_epi32)
 #undef LOCALSPEC_Q6K_TILE
 #undef LOCALSPEC_UNROLL
@@ -235,6 +242,7 @@ Run find_kernel(const std::string& name) {
                           tile_avx512vnni<5>, tile_avx512vnni<6>, tile_avx512vnni<7>, tile_avx512vnni<8>>;
     }
     if (name == "avxvnni") return run_groups<Job, tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>>;
+    if (name == "avx2") return run_groups<Job, tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>>;
     return nullptr;
 }
 
@@ -247,7 +255,7 @@ Run find_kernel(const std::string&) { return nullptr; }
 
 }  // namespace
 
-std::vector<std::string> Q6KHead::kernel_names() { return vnni_kernel_names(); }
+std::vector<std::string> Q6KHead::kernel_names() { return head_kernel_names(); }
 
 void Q6KHead::compute(const float* hidden, int n_rows, float* logits, int n_threads, const std::string& kernel) const {
     const std::vector<std::string> names = kernel_names();

@@ -176,6 +176,13 @@ struct Job {
 
 #ifdef LOCALSPEC_X86
 
+// acc + the sums of 4 products of signed bytes w and x per 32-bit lane, exactly: |x| (at most
+// 127: Q8_0 never gives -128) times w * sign(x) (-128..127) keeps every pair's sum in 16 bits.
+__attribute__((target("avx2"))) inline __m256i dot_signed_avx2(__m256i acc, __m256i w, __m256i x) {
+    const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(w, x));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
 // Registers, not memory: the accumulators and weight vectors must be fully unrolled.
 #define LOCALSPEC_UNROLL _Pragma("GCC unroll 8")
 
@@ -183,7 +190,7 @@ struct Job {
 // group stay in cache while the caller loops over tiles of hidden rows. A block's 8
 // multiply-adds into one sum are a chain of dependent instructions; with few rows the sum is
 // split into CHAINS independent partial sums so that the chains overlap.
-#define LOCALSPEC_Q8_TILE(NAME, TARGET, DPBUSD)                                                      \
+#define LOCALSPEC_Q8_TILE(NAME, TARGET, DPBUSD, WEIGHTS, START)                                     \
     template <int ROWS>                                                                              \
     __attribute__((target(TARGET))) void NAME(const Job& job, int64_t g, int first_row) {            \
         const int nb = job.n_blocks;                                                                 \
@@ -194,13 +201,13 @@ struct Job {
         constexpr int CHAINS = ROWS >= 4 ? 1 : ROWS >= 2 ? 2 : 4;                                    \
         for (int b = 0; b < nb; ++b) {                                                               \
             __m256i wk[8];                                                                           \
-            LOCALSPEC_UNROLL for (int k = 0; k < 8; ++k) wk[k] = _mm256_loadu_si256(w + b * 8 + k);  \
+            LOCALSPEC_UNROLL for (int k = 0; k < 8; ++k) wk[k] = WEIGHTS(_mm256_loadu_si256(w + b * 8 + k));  \
             const __m256 scale_w = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dw + b * 8)));  \
             LOCALSPEC_UNROLL for (int j = 0; j < ROWS; ++j) {                                        \
                 const size_t jb = static_cast<size_t>(first_row + j) * nb + b;                       \
                 const int32_t* x = job.q->words.data() + jb * 8;                                     \
                 __m256i part[CHAINS];                                                                \
-                part[0] = _mm256_set1_epi32(job.q->offset[jb]);                                      \
+                part[0] = START(job.q->offset[jb]);                                                  \
                 LOCALSPEC_UNROLL for (int c = 1; c < CHAINS; ++c) part[c] = _mm256_setzero_si256();  \
                 LOCALSPEC_UNROLL for (int k = 0; k < 8; ++k) {                                       \
                     part[k % CHAINS] = DPBUSD(part[k % CHAINS], wk[k], _mm256_set1_epi32(x[k]));     \
@@ -224,8 +231,23 @@ struct Job {
         }                                                                                            \
     }
 
-LOCALSPEC_Q8_TILE(tile_avxvnni, "avx2,fma,f16c,avxvnni", _mm256_dpbusd_avx_epi32)
-LOCALSPEC_Q8_TILE(tile_avx512vnni, "avx2,fma,f16c,avx512vl,avx512vnni", _mm256_dpbusd_epi32)
+// VNNI multiplies the stored unsigned bytes (w + 128) by x's signed bytes; `offset` removes the
+// excess. AVX2 has no such instruction whose sums cannot overflow 16 bits, so its kernel turns
+// the bytes back into signed w and multiplies |x| by w * sign(x) (ggml's own way): every
+// partial sum fits, the block sums are the same integers, and no offset is needed.
+#define LOCALSPEC_VNNI_WEIGHTS(v) (v)
+#define LOCALSPEC_VNNI_START(offset) _mm256_set1_epi32(offset)
+LOCALSPEC_Q8_TILE(tile_avxvnni, "avx2,fma,f16c,avxvnni", _mm256_dpbusd_avx_epi32, LOCALSPEC_VNNI_WEIGHTS,
+                  LOCALSPEC_VNNI_START)
+LOCALSPEC_Q8_TILE(tile_avx512vnni, "avx2,fma,f16c,avx512vl,avx512vnni", _mm256_dpbusd_epi32,
+                  LOCALSPEC_VNNI_WEIGHTS, LOCALSPEC_VNNI_START)
+#define LOCALSPEC_AVX2_WEIGHTS(v) _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80)))
+#define LOCALSPEC_AVX2_START(offset) ((void)(offset), _mm256_setzero_si256())
+LOCALSPEC_Q8_TILE(tile_avx2, "avx2,fma,f16c", dot_signed_avx2, LOCALSPEC_AVX2_WEIGHTS, LOCALSPEC_AVX2_START)
+#undef LOCALSPEC_VNNI_WEIGHTS
+#undef LOCALSPEC_VNNI_START
+#undef LOCALSPEC_AVX2_WEIGHTS
+#undef LOCALSPEC_AVX2_START
 #undef LOCALSPEC_Q8_TILE
 #undef LOCALSPEC_UNROLL
 
@@ -248,6 +270,9 @@ std::vector<Kernel> find_kernels() {
     }
     if (__builtin_cpu_supports("avxvnni")) {
         out.push_back({"avxvnni", run_groups<Job, tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>>});
+    }
+    if (__builtin_cpu_supports("avx2")) {
+        out.push_back({"avx2", run_groups<Job, tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>>});
     }
     return out;
 }

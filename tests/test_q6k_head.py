@@ -57,7 +57,7 @@ needs_vnni = pytest.mark.skipif(not _core.testing.q8_head_kernels(),
 
 @needs_vnni
 @pytest.mark.parametrize("n_rows", [1, 2, 3, 5, 8, 9, 16])
-@pytest.mark.parametrize("kernel", ["avx512vnni", "avxvnni"])
+@pytest.mark.parametrize("kernel", ["avx512vnni", "avxvnni", "avx2"])
 def test_kernel_matches_ggml_arithmetic(n_rows: int, kernel: str) -> None:
     if kernel not in _core.testing.q8_head_kernels():
         pytest.skip(f"this CPU cannot run the {kernel} kernel")

@@ -41,7 +41,7 @@ def numpy_q8_0_logits(blocks: np.ndarray, hidden: np.ndarray) -> np.ndarray:
 
 @needs_vnni
 @pytest.mark.parametrize("n_rows", [1, 2, 3, 4, 5, 8, 9, 16])
-@pytest.mark.parametrize("kernel", ["avx512vnni", "avxvnni"])
+@pytest.mark.parametrize("kernel", ["avx512vnni", "avxvnni", "avx2"])
 def test_kernel_matches_ggml_arithmetic(n_rows: int, kernel: str) -> None:
     if kernel not in _core.testing.q8_head_kernels():
         pytest.skip(f"this CPU cannot run the {kernel} kernel")
@@ -71,7 +71,7 @@ def test_kernel_threads_split_the_vocabulary_exactly() -> None:
 
 
 @needs_vnni
-@pytest.mark.parametrize("kernel", ["avx512vnni", "avxvnni"])
+@pytest.mark.parametrize("kernel", ["avx512vnni", "avxvnni", "avx2"])
 def test_a_row_gets_the_same_logits_in_every_batch_size(kernel: str) -> None:
     """Verification rows must equal plain decoding's single rows bit for bit: the tiles for
     different row counts split integer sums only, never the float accumulation."""
