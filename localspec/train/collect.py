@@ -96,9 +96,10 @@ def shard_plan(sequences: Sequence[Sequence[int]], shard_tokens: int) -> list[ra
     return plan
 
 
-def disk_needed(n_tokens: int, width: int) -> int:
-    """Bytes of the shards: fp16 features plus two token ids per position."""
-    return n_tokens * (2 * width + 8)
+def disk_needed(n_tokens: int, width: int, value_bytes: int = 2) -> int:
+    """Bytes of the shards: features (fp16: 2 bytes a value, f32: 4) plus two token ids per
+    position."""
+    return n_tokens * (value_bytes * width + 8)
 
 
 def check_disk(cache: Path, needed: int) -> None:

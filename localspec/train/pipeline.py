@@ -54,6 +54,19 @@ def require_torch() -> None:
             "pip install 'localspec[train]'.")
 
 
+def check_target(target: str, n_layer: int, memory: str) -> None:
+    """A head reads layer inputs from layer 1 on, and drafts only where the target's memory
+    can take back rejected tokens."""
+    if memory != "attention":
+        raise InvalidParameterError(
+            f"'{target}' is a {memory} model, which localspec decodes without speculation (its "
+            "memory cannot take back rejected draft tokens), so a head cannot help it.")
+    if n_layer < 2:
+        raise InvalidParameterError(
+            f"'{target}' has {n_layer} layer; an EAGLE-3 head reads the inputs of layers 1 and "
+            "up, so the target needs at least 2 layers.")
+
+
 def fingerprint(params: TrainHeadParams) -> dict[str, Any]:
     """What the cache is made from: a --resume run must match it."""
     def stamp(path: str) -> list[Any]:
@@ -78,6 +91,7 @@ def run(params: TrainHeadParams, say: Say, bar: BarFactory) -> Report:
     from localspec import _core
 
     info = read_gguf(params.target)
+    check_target(params.target, info.n_layer, _core.memory_kind(params.target))
     layers = list(target_layers(info.n_layer))
     cache = params.cache_dir
     collect.open_cache(cache, fingerprint(params), params.resume)
@@ -160,8 +174,9 @@ def collect_features(params: TrainHeadParams, collector: collect.Collector,
     width = collector.feature_width
     needed = collect.disk_needed(report.tokens, width)
     say(f"collect: {report.tokens} tokens in {len(sequences)} sequences, {width} feature values "
-        f"per token (3 layers): about {needed / 2**20:.1f} MiB of fp16 shards in {cache}")
-    collect.check_disk(cache, needed)
+        f"per token (3 layers): about {needed / 2**20:.1f} MiB of fp16 shards in {cache} "
+        "(twice that where a value exceeds fp16)")
+    collect.check_disk(cache, collect.disk_needed(report.tokens, width, value_bytes=4))
     with bar("collect") as progress:
         report.largest_feature = collect.collect(collector, sequences, plan, cache, progress)
     kind = "fp16" if report.largest_feature < collect.FP16_MAX else "f32 (beyond fp16)"
