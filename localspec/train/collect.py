@@ -67,19 +67,21 @@ def open_cache(cache: Path, fingerprint: dict[str, Any], resume: bool) -> None:
     manifest.write_text(json.dumps(fingerprint, indent=1), encoding="utf-8")
 
 
-def save_sequences(cache: Path, sequences: Sequence[Sequence[int]]) -> None:
+def save_sequences(cache: Path, sequences: Sequence[Sequence[int]], n_distilled: int) -> None:
+    """The plan of sequences; the first n_distilled are the target's own continuations."""
     tokens = np.array([t for s in sequences for t in s], dtype=np.int32)
     offsets = np.cumsum([0] + [len(s) for s in sequences]).astype(np.int64)
-    _save(cache / SEQUENCES, tokens=tokens, offsets=offsets)
+    _save(cache / SEQUENCES, tokens=tokens, offsets=offsets, distilled=np.int64(n_distilled))
 
 
-def load_sequences(cache: Path) -> list[list[int]] | None:
+def load_sequences(cache: Path) -> tuple[list[list[int]], int]:
+    """(the saved sequences, how many are self-distilled); ([], 0) before the first save."""
     path = cache / SEQUENCES
     if not path.exists():
-        return None
+        return [], 0
     with np.load(path) as z:
-        tokens, offsets = z["tokens"], z["offsets"]
-    return [tokens[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+        tokens, offsets, distilled = z["tokens"], z["offsets"], int(z["distilled"])
+    return [tokens[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)], distilled
 
 
 def shard_plan(sequences: Sequence[Sequence[int]], shard_tokens: int) -> list[range]:

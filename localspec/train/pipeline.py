@@ -4,7 +4,7 @@ Imports torch (through train.py) only once the checks have passed."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -48,10 +48,12 @@ class Report:
 
 
 def require_torch() -> None:
-    if importlib.util.find_spec("torch") is None:
+    try:
+        importlib.import_module("torch")
+    except ImportError:
         raise InvalidParameterError(
             "Training a head needs torch, which is not installed; run "
-            "pip install 'localspec[train]'.")
+            "pip install 'localspec[train]'.") from None
 
 
 def check_target(target: str, n_layer: int, memory: str) -> None:
@@ -130,8 +132,8 @@ def prepare(params: TrainHeadParams, tokenizer: data.Tokenizer, cache: Path, say
             bar: BarFactory, report: Report) -> list[list[int]]:
     """The token sequences (cached after the first run): the data, and with --self-distill
     the target's continuations of its prompts."""
-    sequences = collect.load_sequences(cache)
-    if sequences is None:
+    sequences, n_distilled = collect.load_sequences(cache)
+    if not sequences:
         texts, prompts = selfdistill.split_items(data.read_items(params.data, tokenizer), params)
         distilled: list[list[int]] = []
         if prompts:
@@ -140,11 +142,14 @@ def prepare(params: TrainHeadParams, tokenizer: data.Tokenizer, cache: Path, say
             with bar("self-distill") as progress:
                 distilled = selfdistill.continuations(prompts, params, cache / "distill.jsonl",
                                                       progress, params.tokens // 2)
-        sequences = budgeted(data.pack(distilled, params.seq_len, tokenizer.bos)
-                             + data.pack(texts, params.seq_len, tokenizer.bos), params.tokens)
+        pieces = data.pack(distilled, params.seq_len, tokenizer.bos)
+        sequences = budgeted(pieces + data.pack(texts, params.seq_len, tokenizer.bos),
+                             params.tokens)
         check_enough(sequences)
-        collect.save_sequences(cache, sequences)
+        n_distilled = min(len(pieces), len(sequences))
+        collect.save_sequences(cache, sequences, n_distilled)
     report.tokens = sum(len(s) for s in sequences)
+    report.self_distilled_tokens = sum(len(s) for s in sequences[:n_distilled])
     report.sequences = len(sequences)
     return sequences
 
