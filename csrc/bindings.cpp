@@ -13,6 +13,8 @@
 #include "controller.h"
 #include "drafter.h"
 #include "engine.h"
+#include "feature_collector.h"
+#include "head_probe.h"
 #include "q6k_head.h"
 #include "q8_head.h"
 #include "vocab_check.h"
@@ -528,6 +530,72 @@ PYBIND11_MODULE(_core, m) {
         std::copy(rows.begin(), rows.end(), out.mutable_data());
         return out;
     }, py::arg("path"), py::arg("tokens"), py::arg("layers"), py::arg("extracted"));
+    py::class_<FeatureCollector>(m, "FeatureCollector")
+        .def(py::init([](const std::string& path, const std::vector<int>& layers, int n_ctx, int n_threads) {
+                 py::gil_scoped_release release;
+                 backend_init(false);
+                 return std::make_unique<FeatureCollector>(path, layers, n_ctx, n_threads);
+             }),
+             py::arg("path"), py::arg("layers"), py::arg("n_ctx"), py::arg("n_threads"))
+        .def_property_readonly("feature_width", &FeatureCollector::feature_width)
+        .def_property_readonly("n_ctx", &FeatureCollector::n_ctx)
+        .def_property_readonly("n_vocab", [](const FeatureCollector& c) { return c.model().vocab().n_tokens; })
+        .def_property_readonly("n_embd", [](const FeatureCollector& c) { return c.model().n_embd(); })
+        .def_property_readonly("bos", [](const FeatureCollector& c) { return c.model().vocab().bos; })
+        .def_property_readonly("eos", [](const FeatureCollector& c) { return c.model().vocab().eos; })
+        .def("token_text", [](const FeatureCollector& c, Token t) { return to_str(c.model().token_text(t)); })
+        .def("chat_template", [](const FeatureCollector& c) { return to_str(c.model().chat_template()); })
+        .def("tokenize", [](const FeatureCollector& c, const std::string& text, bool add_special, bool parse_special) {
+            return c.model().tokenize(text, add_special, parse_special);
+        })
+        .def("collect", [](FeatureCollector& c, const std::vector<Token>& tokens) {
+            std::vector<float> features;
+            std::vector<Token> argmax;
+            {
+                py::gil_scoped_release release;
+                c.collect(tokens, features, argmax);
+            }
+            const auto n = static_cast<py::ssize_t>(tokens.size());
+            py::array_t<float> f({n, static_cast<py::ssize_t>(c.feature_width())});
+            std::copy(features.begin(), features.end(), f.mutable_data());
+            py::array_t<int32_t> a(n);
+            std::copy(argmax.begin(), argmax.end(), a.mutable_data());
+            return py::make_tuple(f, a);
+        }, py::arg("tokens"));
+    m.def("token_embeddings", [](const std::string& path, const std::vector<Token>& ids) {
+        std::vector<float> rows;
+        {
+            py::gil_scoped_release release;
+            rows = token_embedding_rows(path, ids);
+        }
+        const auto n = static_cast<py::ssize_t>(ids.size());
+        py::array_t<float> out({n, n > 0 ? static_cast<py::ssize_t>(rows.size()) / n : py::ssize_t{0}});
+        std::copy(rows.begin(), rows.end(), out.mutable_data());
+        return out;
+    }, py::arg("path"), py::arg("ids"));
+    testing.def("eagle3_draft_logits", [](const std::string& target, const std::string& head, const std::vector<Token>& tokens,
+                                          const py::array_t<float, py::array::c_style | py::array::forcecast>& features,
+                                          const std::vector<Token>& unroll, bool f32_cache, int n_threads) {
+        const std::vector<float> rows(features.data(), features.data() + features.size());
+        HeadProbe probe;
+        {
+            py::gil_scoped_release release;
+            backend_init(false);
+            probe = probe_head(target, head, tokens, rows, unroll, f32_cache, n_threads);
+        }
+        auto matrix = [&](const std::vector<float>& v, int width) {
+            py::array_t<float> out({static_cast<py::ssize_t>(probe.n_rows), static_cast<py::ssize_t>(width)});
+            std::copy(v.begin(), v.end(), out.mutable_data());
+            return out;
+        };
+        py::dict d;
+        d["logits"] = matrix(probe.logits, probe.n_draft);
+        d["prenorm"] = matrix(probe.prenorm, probe.n_embd);
+        d["normed"] = matrix(probe.normed, probe.n_embd);
+        d["d2t"] = probe.d2t;
+        return d;
+    }, py::arg("target"), py::arg("head"), py::arg("tokens"), py::arg("features"), py::arg("unroll"),
+       py::arg("f32_cache") = true, py::arg("n_threads") = 1);
     m.def("memory_kind", [](const std::string& path) {
         py::gil_scoped_release release;
         backend_init(false);

@@ -720,9 +720,13 @@ struct HeadContext::Impl {
     }
 };
 
-HeadContext::HeadContext(const Model& head, const Context& target, int n_threads)
+HeadContext::HeadContext(const Model& head, const Context& target, int n_threads, bool f32_cache)
     : impl_(std::make_unique<Impl>()), n_embd_(head.n_embd()) {
     llama_context_params params = llama_context_default_params();
+    if (f32_cache) {
+        params.type_k = params.type_v = GGML_TYPE_F32;
+        params.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    }
     const int threads = n_threads > 0 ? n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     params.n_ctx = static_cast<uint32_t>(target.n_ctx());
     params.n_batch = params.n_ubatch = static_cast<uint32_t>(impl_->n_chunk);

@@ -175,7 +175,9 @@ private:
 // head's own vocabulary, instead of llama.cpp's head scattered into the target's vocabulary.
 class HeadContext {
 public:
-    HeadContext(const Model& head, const Context& target, int n_threads);
+    // f32_cache: an F32 KV cache and no flash attention (whose CPU kernel rounds to F16), so
+    // that the head's states match a float32 reference (the training code's parity test).
+    HeadContext(const Model& head, const Context& target, int n_threads, bool f32_cache = false);
     ~HeadContext();
     HeadContext(const HeadContext&) = delete;
     HeadContext& operator=(const HeadContext&) = delete;

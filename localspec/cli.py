@@ -27,6 +27,7 @@ BUILTIN_COMMANDS = (
     "localspec.commands.check",
     "localspec.commands.quantize",
     "localspec.commands.convert_head",
+    "localspec.commands.train_head",
     "localspec.commands.bench",
 )
 
