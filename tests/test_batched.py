@@ -207,3 +207,26 @@ def test_the_server_streams_two_requests_at_once(batched: Engine) -> None:
     # Some passes held both generations: fewer single-generation passes than passes.
     assert samples["localspec_batch_size_bucket1.0"] < samples["localspec_batch_size_count"]
     assert samples["localspec_pass_rows_count"] == samples["localspec_batch_size_count"]
+
+
+def test_bench_clients_compares_servers(tiny_model_path: Path) -> None:
+    import json
+
+    from tests.helpers import run_bench
+
+    done = run_bench("--target", str(tiny_model_path), "--draft", "ngram", "--clients", "1,2",
+                     "--parallel", "2", "--repeat", "1", "--max-tokens", "8", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)["rows"]
+    assert [row["clients"] for row in rows] == [1, 2]
+    for row in rows:
+        assert row["tokens_per_second_parallel_1"] > 0 and row["tokens_per_second_parallel_2"] > 0
+        assert row["median_ttft_parallel_2"] > 0
+
+
+def test_bench_clients_refuses_a_bad_list(tiny_model_path: Path) -> None:
+    from tests.helpers import run_bench
+
+    done = run_bench("--target", str(tiny_model_path), "--clients", "0,x")
+    assert done.returncode == 2 and "--clients" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -4,7 +4,9 @@ The same prompts go to two real servers (``localspec serve`` in a child process,
 the other, never both at once): one with ``--parallel 1`` (one generation at a time) and one
 with ``--parallel N``. For each number of concurrent streaming clients, every client sends
 one prompt; the round's aggregate tokens per second (all generated tokens over the round's
-wall time) and each client's time to first token (first streamed text) are recorded.
+wall time) and each client's time to first token (first streamed text) are recorded. Each
+round runs ``repeat`` times, taking turns with the other client counts; the table gives the
+median aggregate rate and the median time to first token over all of them.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def parse_clients(text: str) -> list[int]:
 
 
 def run_serving(model_args: list[str], prompts: list[Prompt], params: GenerationParams,
-                clients: list[int], parallel: int) -> list[Round]:
+                clients: list[int], parallel: int, repeat: int = 1) -> list[Round]:
     """Every client count against --parallel 1, then against --parallel ``parallel``."""
     if len(prompts) < max(clients):
         raise InvalidParameterError(
@@ -68,8 +70,9 @@ def run_serving(model_args: list[str], prompts: list[Prompt], params: Generation
     for slots in (1, parallel):
         with _Server(model_args, slots) as url:
             _request(url, prompts[0], params)  # warm-up: start-up calibration, caches
-            for count in clients:
-                rounds.append(_round(url, slots, prompts[:count], params))
+            for _ in range(repeat):
+                for count in clients:
+                    rounds.append(_round(url, slots, prompts[:count], params))
     return rounds
 
 
@@ -144,8 +147,9 @@ class _Server:
 def rounds_table(rounds: list[Round], parallel: int) -> list[dict[str, float]]:
     """One row per client count: both servers' figures and their ratios."""
     rows = []
-    for one in (r for r in rounds if r.parallel == 1):
-        many = next(r for r in rounds if r.parallel == parallel and r.clients == one.clients)
+    for count in dict.fromkeys(r.clients for r in rounds):
+        one = _median_round([r for r in rounds if r.parallel == 1 and r.clients == count])
+        many = _median_round([r for r in rounds if r.parallel == parallel and r.clients == count])
         rows.append({
             "clients": one.clients,
             "tokens_per_second_parallel_1": one.tokens_per_second,
@@ -156,3 +160,10 @@ def rounds_table(rounds: list[Round], parallel: int) -> list[dict[str, float]]:
             "ttft_ratio": many.median_ttft / max(one.median_ttft, 1e-9),
         })
     return rows
+
+
+def _median_round(rounds: list[Round]) -> Round:
+    """The repeats of one round as one: the median rate, and every client's first token."""
+    rates = statistics.median(r.tokens_per_second for r in rounds)
+    return Round(rounds[0].parallel, rounds[0].clients, round(rates * 1000), 1000.0,
+                 [t for r in rounds for t in r.ttft])

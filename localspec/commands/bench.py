@@ -98,7 +98,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     serving = parser.add_argument_group("batched serving (--clients)")
     serving.add_argument("--clients", default=None, metavar="LIST",
                          help="measure `localspec serve` with this many concurrent streaming "
-                         "clients (e.g. 1,2,4,8), --parallel 1 against --parallel N")
+                         "clients (e.g. 1,2,4,8), --parallel 1 against --parallel N; each "
+                         "round --repeat times (default: off, the prompt-by-prompt bench)")
     serving.add_argument("--parallel", type=int, default=4, metavar="N",
                          help="the batched server's --parallel (default: %(default)s)")
     synthetic = parser.add_argument_group("synthetic pair (--synthetic)")
@@ -261,11 +262,11 @@ def _run_serving(args: argparse.Namespace, prompts: list[Prompt], params: Genera
                   for flag in ([flag, str(getattr(args, name))] if getattr(args, name) else [])]
     with Console(stderr=True).status("serving the prompts to --parallel 1, then "
                                      f"--parallel {args.parallel}"):
-        rounds = run_serving(model_args, prompts, params, clients, args.parallel)
+        rounds = run_serving(model_args, prompts, params, clients, args.parallel, args.repeat)
     rows = rounds_table(rounds, args.parallel)
     if args.json:
         print(json.dumps({"max_tokens": args.max_tokens, "temperature": args.temperature,
-                          "parallel": args.parallel, "rows": rows}))
+                          "parallel": args.parallel, "repeat": args.repeat, "rows": rows}))
         return 0
     print_serving(rows, args.parallel, Console(width=120))
     return 0
