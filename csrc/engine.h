@@ -167,6 +167,7 @@ private:
     void resolve_unverified(Sequence& s);
     std::vector<TokenLogprob> step_logprobs(const Sequence& s, int n_top) const;
     int choose_slot(const GenerateRequest& request) const;
+    void forget_idle_slots(int chosen);
     int free_slot() const;  // for the measuring tools; throws while every slot is busy
     void check_request(const GenerateRequest& request) const;
     // Start-up measurements (engine_tools.cpp).
