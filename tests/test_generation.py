@@ -130,11 +130,15 @@ def test_cancel_stops_within_one_step(engines) -> None:
     handle = engine.submit(
         PROMPTS[0], GenerationParams(temperature=0.0, max_tokens=500, ignore_eos=True)
     )
-    for _chunk in handle:
-        handle.cancel()
+    queued = 0
+    for seen, _chunk in enumerate(handle, start=1):
+        if seen == 1:
+            handle.cancel()
+            queued = handle._chunks.qsize()  # steps that ran before the cancel arrived
     result = handle.result()
     assert result.finish_reason == "cancelled"
-    assert result.stats.target_passes <= 2
+    # The chunk seen, those already queued, and at most the one step then in flight.
+    assert result.stats.target_passes <= 1 + queued + 1 < 500
 
 
 def test_tie_check_rejects_a_wrong_token(engines) -> None:
