@@ -222,7 +222,13 @@ async def test_load_failure_shows_the_error_screen(tmp_path: Path) -> None:
     broken.write_bytes(b"GGUF but not really a model file")
     app = ChatApp(loader=lambda: Engine.load(broken, draft="ngram"))
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, ErrorScreen), "the error screen")
+        # The screen is pushed before its widgets are mounted: wait for the message itself.
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, ErrorScreen)
+            and bool(app.screen.query("#error-message")),
+            "the error screen's message",
+        )
         screen = app.screen
         message = str(screen.query_one("#error-message").render())
         assert message == app.load_error
