@@ -1,7 +1,6 @@
 #include "engine.h"
 
 #include <algorithm>
-#include <chrono>
 #include <optional>
 #include <stdexcept>
 
@@ -79,10 +78,6 @@ std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, const Drafte
     return std::make_unique<HybridDrafter>(NgramDrafter(options.ngram_min, options.ngram_max), std::move(model), name);
 }
 
-}  // namespace
-
-namespace {
-
 DrafterSpec parse_drafter(const std::string& drafter) {
     if (drafter == "none" || drafter == "ngram") return {drafter, "", false, std::nullopt};
     bool with_ngram = false;
@@ -138,15 +133,17 @@ void SpecEngine::check_request(const GenerateRequest& request) const {
 
 // ---- batched generation ------------------------------------------------------------------
 
+bool SpecEngine::slot_busy(int slot) const {
+    return std::any_of(sequences_.begin(), sequences_.end(), [&](const auto& s) { return s->slot == slot; });
+}
+
 // A free slot: the one whose cache shares the longest prefix with the prompt (its KV is
 // reused), the first free one when the request does not reuse the cache.
 int SpecEngine::choose_slot(const GenerateRequest& request) const {
-    std::vector<bool> busy(static_cast<size_t>(n_seq()), false);
-    for (const auto& s : sequences_) busy[static_cast<size_t>(s->slot)] = true;
     int best = -1;
     size_t best_common = 0;
     for (int slot = 0; slot < n_seq(); ++slot) {
-        if (busy[static_cast<size_t>(slot)]) continue;
+        if (slot_busy(slot)) continue;
         const size_t common = request.reuse_cache ? target_.common_prefix(request.prompt, slot) : 0;
         if (best < 0 || common > best_common) {
             best = slot;
@@ -163,10 +160,7 @@ int SpecEngine::choose_slot(const GenerateRequest& request) const {
 // reused by the next request only if no other request started in between.
 void SpecEngine::forget_idle_slots(int chosen) {
     for (int slot = 0; slot < n_seq(); ++slot) {
-        if (slot == chosen || target_.kv_tokens(slot).empty()) continue;
-        bool busy = false;
-        for (const auto& s : sequences_) busy = busy || s->slot == slot;
-        if (!busy) target_.truncate(0, slot);
+        if (slot != chosen && !target_.kv_tokens(slot).empty() && !slot_busy(slot)) target_.truncate(0, slot);
     }
 }
 
@@ -192,7 +186,7 @@ int SpecEngine::start(const GenerateRequest& request, ChunkCallback on_chunk) {
         controller_.begin_request();
         controller_.swap_request(s->credit);
     }
-    s->start = std::chrono::steady_clock::now();
+    s->start = Clock::now();
     sequences_.push_back(std::move(s));
     return next_id_ - 1;
 }
@@ -218,14 +212,14 @@ int SpecEngine::prefill_joining() {
     for (size_t i = 0; i < joining.size(); ++i) {
         Sequence& s = *joining[i];
         if (take[i] == 0 && remaining[i] > 0) continue;
-        const auto t0 = std::chrono::steady_clock::now();
+        const auto t0 = Clock::now();
         s.prefilled += static_cast<size_t>(take[i]);
         target_.sync(std::vector<Token>(s.history.begin(), s.history.begin() + static_cast<long>(s.prefilled)), 0,
                      s.slot);
         prefilled += take[i];
         const bool done = s.prefilled + 1 == s.history.size();
         if (done && drafter_) drafter_->prefill(s.history);
-        const auto t1 = std::chrono::steady_clock::now();
+        const auto t1 = Clock::now();
         s.result.stats.prefill_seconds += std::chrono::duration<double>(t1 - t0).count();
         if (done) {
             s.joining = false;

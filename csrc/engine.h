@@ -166,6 +166,7 @@ private:
     int prefill_joining();
     void resolve_unverified(Sequence& s);
     std::vector<TokenLogprob> step_logprobs(const Sequence& s, int n_top) const;
+    bool slot_busy(int slot) const;  // a started generation holds it
     int choose_slot(const GenerateRequest& request) const;
     void forget_idle_slots(int chosen);
     int free_slot() const;  // for the measuring tools; throws while every slot is busy

@@ -1,29 +1,17 @@
 // The engine's measuring tools: start-up calibration of pass costs, raw logits, pass timings and
 // the greedy replay. They use a cache slot no generation holds.
 #include <algorithm>
-#include <chrono>
 #include <stdexcept>
 
+#include "clock.h"
 #include "engine.h"
 #include "sequence.h"
 
 namespace localspec {
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-}  // namespace
-
 int SpecEngine::free_slot() const {
     for (int slot = 0; slot < n_seq(); ++slot) {
-        bool busy = false;
-        for (const auto& s : sequences_) busy = busy || s->slot == slot;
-        if (!busy) return slot;
+        if (!slot_busy(slot)) return slot;
     }
     throw std::logic_error("every generation slot is busy; measure when no generation runs");
 }

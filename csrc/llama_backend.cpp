@@ -307,6 +307,14 @@ bool has_sgemm_matrices(const Model& model) {
     return file_type == "0" || file_type == "1" || file_type == "32";
 }
 
+void run_decode(llama_context* ctx, llama_batch& batch) {
+    decoded_once().store(true);
+    const int32_t rc = llama_decode(ctx, batch);
+    if (rc != 0) {
+        throw std::runtime_error("llama_decode failed with code " + std::to_string(rc) + ": " + take_last_error());
+    }
+}
+
 struct Padding {
     int front = 0, back = 0;  // output rows added before / after the asked-for ones
     bool extra_token = false;  // a second row was added (its cache entry goes afterwards)
@@ -372,7 +380,7 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
     // window size only (Gemma 3, Mistral) evicts old positions as new ones arrive, and after a
     // rollback those would be missing from the window: keep the full-size cache instead.
     params.swa_full = true;
-    // Exact mode always computes the head (exact_head.h); the batched heads need VNNI.
+    // Exact mode always computes the head (exact_head.h); the batched heads need AVX2 at least.
     impl_->fast_head = options.exact || (options.fast_head && !head_kernel_names().empty());
     impl_->hooks.fast_head = impl_->fast_head;
     impl_->hook.set_exact(options.exact);
@@ -451,12 +459,7 @@ void Context::decode(const std::vector<Token>& tokens, int n_logits, int seq) {
         const Padding pad = impl_->pad_rows ? pad_batch(batch) : Padding{};
         const bool one_graph = batch.n_tokens <= impl_->n_ubatch;
         if (impl_->fast_head) impl_->hook.before_decode(last && one_graph && n > first_logit);
-        decoded_once().store(true);
-        const int32_t rc = llama_decode(impl_->ctx, batch);
-        if (rc != 0) {
-            throw std::runtime_error("llama_decode failed with code " + std::to_string(rc) + ": " +
-                                     take_last_error());
-        }
+        run_decode(impl_->ctx, batch);
         if (pad.extra_token) llama_memory_seq_rm(llama_get_memory(impl_->ctx), seq, batch.pos[batch.n_tokens - 1], -1);
         if (last) impl_->padding = {pad.front, pad.back};
         kv.insert(kv.end(), tokens.begin() + static_cast<long>(start), tokens.begin() + static_cast<long>(end));
@@ -489,11 +492,7 @@ void Context::decode_rows(const std::vector<SeqRows>& pieces) {
         }
     }
     if (impl_->fast_head) impl_->hook.before_decode(total <= impl_->n_ubatch);
-    decoded_once().store(true);
-    const int32_t rc = llama_decode(impl_->ctx, batch);
-    if (rc != 0) {
-        throw std::runtime_error("llama_decode failed with code " + std::to_string(rc) + ": " + take_last_error());
-    }
+    run_decode(impl_->ctx, batch);
     for (const SeqRows& piece : pieces) {
         std::vector<Token>& kv = kv_.at(static_cast<size_t>(piece.seq));
         kv.insert(kv.end(), piece.tokens.begin(), piece.tokens.end());

@@ -3,11 +3,11 @@
 // slot, history, random stream, grammar state, controller credit and statistics.
 #pragma once
 
-#include <chrono>
 #include <memory>
 #include <vector>
 
 #include "acceptance.h"
+#include "clock.h"
 #include "controller.h"
 #include "drafter.h"
 #include "engine.h"
@@ -42,7 +42,7 @@ struct Sequence {
         int kind = 0;
     } unverified;
     GenerateResult result;
-    std::chrono::steady_clock::time_point start, gen_start;
+    Clock::time_point start, gen_start;
 
     // The current step.
     struct Step {

@@ -1,8 +1,8 @@
 // The speculative step: draft -> verify batch -> accept -> roll back -> emit, for every running
 // generation at once (one of them, or several sharing the target's pass).
 #include <algorithm>
-#include <chrono>
 
+#include "clock.h"
 #include "engine.h"
 #include "sequence.h"
 #include "target_rows.h"
@@ -10,12 +10,6 @@
 namespace localspec {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Drafts the grammar forbids are never verified: the draft ends before the first of them.
 void trim_to_grammar(Draft& draft, const Grammar* grammar) {
