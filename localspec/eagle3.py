@@ -7,8 +7,9 @@ absolute target token ids. Metadata, in the order llama.cpp's converter writes i
 target keys right after ``general.architecture``, then ``general.*``, the layer's
 hyper-parameters, ``general.quantization_version`` and the target's ``tokenizer.*`` keys.
 
-Used by ``localspec convert-head`` (localspec/head_convert.py) and by the tiny random heads
-of the tests (localspec/synthetic_heads.py).
+Used by ``localspec convert-head`` (localspec/head_convert.py), ``localspec train-head``
+(localspec/train/write.py) and by the tiny random heads of the tests
+(localspec/synthetic_heads.py).
 """
 
 from __future__ import annotations
@@ -143,6 +144,25 @@ def check_d2t(target_ids: np.ndarray, n_target_vocab: int) -> None:
             "The head's d2t table maps two draft tokens to the same target token; the "
             "checkpoint is damaged."
         )
+
+
+def add_weight(writer: gguf.GGUFWriter, gguf_name: str, array: np.ndarray, outtype: str) -> None:
+    """One tensor as llama.cpp's converter stores it: norms and other vectors in F32, matrices
+    in ``outtype`` (f32, f16, bf16 or q8_0), falling back to F16 where the type cannot hold the
+    row length, as llama.cpp does."""
+    import gguf
+
+    q = gguf.GGMLQuantizationType
+    matrix_types = {"f32": q.F32, "f16": q.F16, "bf16": q.BF16, "q8_0": q.Q8_0}
+    vector = (array.ndim <= 1 or gguf_name.endswith("_norm.weight")
+              or not gguf_name.endswith(".weight"))
+    qtype = q.F32 if vector else matrix_types[outtype]
+    try:
+        blob = gguf.quants.quantize(array, qtype)
+    except gguf.QuantError:
+        qtype = q.F16
+        blob = gguf.quants.quantize(array, qtype)
+    writer.add_tensor(gguf_name, blob, raw_dtype=qtype)
 
 
 def finish(writer: gguf.GGUFWriter) -> None:

@@ -106,15 +106,6 @@ def _guess_outtype(tensors: list[tuple[str, np.ndarray, str]]) -> str:
     return "f16"
 
 
-def _qtype(gguf_name: str, array: np.ndarray, outtype: str) -> Any:
-    import gguf
-
-    q = gguf.GGMLQuantizationType
-    if array.ndim <= 1 or gguf_name.endswith("_norm.weight") or not gguf_name.endswith(".weight"):
-        return q.F32
-    return {"f32": q.F32, "f16": q.F16, "bf16": q.BF16, "q8_0": q.Q8_0}[outtype]
-
-
 def _load(checkpoint: Path) -> list[tuple[str, np.ndarray, str]]:
     """(name, array, safetensors dtype) over every part, in llama.cpp's order."""
     parts = _part_names(checkpoint)
@@ -178,13 +169,7 @@ def _add_tensors(writer: Any, tensors: list[tuple[str, np.ndarray, str]],
         data = array if array.dtype in (np.float16, np.float32) else array.astype(np.float32)
         if gguf_name.endswith(("attn_q.weight", "attn_k.weight")):
             data = _permute(data, n_head if "attn_q" in gguf_name else n_head_kv)
-        qtype = _qtype(gguf_name, data, outtype)
-        try:
-            blob = gguf.quants.quantize(data, qtype)
-        except gguf.QuantError:
-            qtype = gguf.GGMLQuantizationType.F16  # llama.cpp falls back the same way
-            blob = gguf.quants.quantize(data, qtype)
-        writer.add_tensor(gguf_name, blob, raw_dtype=qtype)
+        eagle3.add_weight(writer, gguf_name, data, outtype)
     return d2t
 
 

@@ -45,18 +45,6 @@ def head_params(shape: HeadShape, target: str | Path) -> eagle3.Eagle3Params:
     )
 
 
-def _encoded(array: npt.NDArray[np.float32], outtype: str) -> tuple[np.ndarray, object]:
-    """(data, raw ggml type or None) for one tensor."""
-    import gguf
-
-    if array.ndim == 1 or outtype == "f32":
-        return array.astype(np.float32), None
-    if outtype == "q8_0" and array.shape[-1] % 32 == 0:
-        q8 = gguf.GGMLQuantizationType.Q8_0
-        return gguf.quants.quantize(array.astype(np.float32), q8), q8
-    return array.astype(np.float16), None
-
-
 def write_head(path: str | Path, arrays: Mapping[str, npt.NDArray[np.float32]], shape: HeadShape,
                target: str | Path, outtype: str = "f16") -> Path:
     """Write the head; `arrays` holds model.py's parameters (torch layout: [out, in])."""
@@ -67,11 +55,7 @@ def write_head(path: str | Path, arrays: Mapping[str, npt.NDArray[np.float32]], 
     tmp = path.with_name(path.name + ".tmp")
     writer = eagle3.start_writer(tmp, params)
     for ours, theirs in TENSOR_NAMES.items():
-        data, raw = _encoded(np.asarray(arrays[ours], dtype=np.float32), outtype)
-        if raw is None:
-            writer.add_tensor(theirs, data)
-        else:
-            writer.add_tensor(theirs, data, raw_dtype=raw)  # type: ignore[arg-type]
+        eagle3.add_weight(writer, theirs, np.asarray(arrays[ours], dtype=np.float32), outtype)
     eagle3.add_d2t(writer, d2t)
     writer.add_name(f"localspec EAGLE-3 head for {Path(target).name}")
     eagle3.add_hparams(writer, params, file_type=FILE_TYPES[outtype])
