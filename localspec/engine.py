@@ -131,8 +131,9 @@ class Engine:
         temperature > 0, else drafts greedily), ``draft_p_min`` (a draft model stops drafting
         when its most likely token is below this probability), ``fast_head`` (logits from
         localspec's Q8_0/Q6_K CPU head where it applies), ``kv_type``, ``exact`` (batch-invariant
-        target passes, so speculative output equals plain output bit for bit: docs/exact.md)
-        and ``verbose``.
+        target passes, so speculative output equals plain output bit for bit: docs/exact.md),
+        ``parallel`` (generations that share each target pass: localspec.engine_loop) and
+        ``verbose``.
         """
         spec = draft if isinstance(draft, DrafterSpec) else DrafterSpec.parse(str(draft))
         return cls(LoadOptions(target=str(target), draft=spec, **options), max_queue=max_queue)
@@ -180,7 +181,7 @@ class Engine:
 
     @property
     def queue_depth(self) -> int:
-        """Requests submitted and not yet finished (including the running one)."""
+        """Requests submitted and not yet finished (including the running ones)."""
         with self._lock:
             return self._pending
 
@@ -251,7 +252,7 @@ class Engine:
     # ---- lifecycle -----------------------------------------------------------------------
 
     def close(self) -> None:
-        """Finish the running request, fail queued ones, and free the models."""
+        """Finish the running requests, fail queued ones, and free the models."""
         with self._lock:
             if self._closed:
                 return

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from localspec import _core
 from localspec.convert import logprobs_from_core, params_to_core, stats_from_core
-from localspec.errors import EngineClosedError, LocalspecError
+from localspec.errors import EngineClosedError
 from localspec.types import (
     Chunk,
     EngineInfo,
@@ -108,11 +108,7 @@ class EngineLoop:
         queue says close."""
         if block and not self._waiting:
             self._waiting.append(self._requests.get())
-        while True:
-            try:
-                self._waiting.append(self._requests.get_nowait())
-            except queue.Empty:
-                break
+        self._drain()
         while self._waiting:
             item = self._waiting[0]
             if item is None:
@@ -170,9 +166,7 @@ class EngineLoop:
             handle, params = self._running.pop(generation)
             try:
                 result = self._result(self._core.take_result(generation), params)
-            except LocalspecError as error:
-                self._finish(handle, None, error)
-            except Exception as error:  # a bug: keep it visible to the caller
+            except Exception as error:  # a LocalspecError, or a bug: the caller sees it
                 self._finish(handle, None, error)
             else:
                 self._finish(handle, result, None)
@@ -200,12 +194,16 @@ class EngineLoop:
         handle._finish(result, error)
         self._on_done()
 
-    def _fail_waiting(self) -> None:
+    def _drain(self) -> None:
+        """Move everything queued so far behind what already waits."""
         while True:
             try:
                 self._waiting.append(self._requests.get_nowait())
             except queue.Empty:
                 break
+
+    def _fail_waiting(self) -> None:
+        self._drain()
         for item in self._waiting:
             if item is not None and not isinstance(item, Job):
                 self._finish(

@@ -74,15 +74,17 @@ class LoadOptions:
                 raise InvalidParameterError(f"{name}={getattr(self, name)!r} is invalid: {rule}.")
 
 
+MAX_PARALLEL = 64  # LoadOptions.parallel
+
 _LOAD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "n_ctx": (lambda v: isinstance(v, int) and N_CTX_RANGE[0] <= v <= N_CTX_RANGE[1],
               "use 16 to 4194304 tokens"),
     "draft_p_min": (lambda v: isinstance(v, (int, float)) and 0.0 <= v < 1.0, "use [0, 1)"),
     "n_threads": (lambda v: v is None or (isinstance(v, int) and v >= 1), "use 1 or more"),
     "kv_type": (lambda v: v in KV_TYPES, "use one of " + ", ".join(sorted(KV_TYPES))),
-    "parallel": (lambda v: isinstance(v, int) and 1 <= v <= MAX_PARALLEL, "use 1 to 64"),
+    "parallel": (lambda v: isinstance(v, int) and 1 <= v <= MAX_PARALLEL,
+                 f"use 1 to {MAX_PARALLEL}"),
 }
-MAX_PARALLEL = 64
 
 
 def parallel_in_effect(options: LoadOptions) -> tuple[int, str]:
@@ -91,7 +93,7 @@ def parallel_in_effect(options: LoadOptions) -> tuple[int, str]:
     a KV stream per generation (not built yet: a shared cache changes attention's low bits)."""
     if options.parallel == 1:
         return 1, ""
-    if options.draft.kind not in ("ngram", "none"):
+    if options.draft.uses_model:
         why = "a draft model or head drafts for one generation at a time"
     elif options.exact:
         why = "exact mode keeps each generation's passes to itself"

@@ -44,9 +44,19 @@ class Round:
     def tokens_per_second(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
-    @property
-    def median_ttft(self) -> float:
-        return statistics.median(self.ttft) if self.ttft else 0.0
+
+@dataclass(frozen=True)
+class Summary:
+    """The repeats of one round: the median aggregate rate, and the median time to first
+    token over every client of every repeat."""
+
+    tokens_per_second: float
+    median_ttft: float
+
+    @classmethod
+    def of(cls, rounds: list[Round]) -> Summary:
+        return cls(statistics.median(r.tokens_per_second for r in rounds),
+                   statistics.median(t for r in rounds for t in r.ttft))
 
 
 def parse_clients(text: str) -> list[int]:
@@ -148,10 +158,10 @@ def rounds_table(rounds: list[Round], parallel: int) -> list[dict[str, float]]:
     """One row per client count: both servers' figures and their ratios."""
     rows = []
     for count in dict.fromkeys(r.clients for r in rounds):
-        one = _median_round([r for r in rounds if r.parallel == 1 and r.clients == count])
-        many = _median_round([r for r in rounds if r.parallel == parallel and r.clients == count])
+        one = Summary.of([r for r in rounds if r.parallel == 1 and r.clients == count])
+        many = Summary.of([r for r in rounds if r.parallel == parallel and r.clients == count])
         rows.append({
-            "clients": one.clients,
+            "clients": count,
             "tokens_per_second_parallel_1": one.tokens_per_second,
             f"tokens_per_second_parallel_{parallel}": many.tokens_per_second,
             "throughput_ratio": many.tokens_per_second / max(one.tokens_per_second, 1e-9),
@@ -160,10 +170,3 @@ def rounds_table(rounds: list[Round], parallel: int) -> list[dict[str, float]]:
             "ttft_ratio": many.median_ttft / max(one.median_ttft, 1e-9),
         })
     return rows
-
-
-def _median_round(rounds: list[Round]) -> Round:
-    """The repeats of one round as one: the median rate, and every client's first token."""
-    rates = statistics.median(r.tokens_per_second for r in rounds)
-    return Round(rounds[0].parallel, rounds[0].clients, round(rates * 1000), 1000.0,
-                 [t for r in rounds for t in r.ttft])

@@ -39,6 +39,7 @@ from localspec.bench.table import (
     print_theory,
 )
 from localspec.commands.common import add_model_arguments, choose_models, draft_max_arg, load_engine
+from localspec.commands.serve import DEFAULT_PARALLEL
 from localspec.convert import AUTO_DRAFT_MAX
 from localspec.drafter_spec import DrafterSpec
 from localspec.engine import Engine
@@ -100,7 +101,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                          help="measure `localspec serve` with this many concurrent streaming "
                          "clients (e.g. 1,2,4,8), --parallel 1 against --parallel N; each "
                          "round --repeat times (default: off, the prompt-by-prompt bench)")
-    serving.add_argument("--parallel", type=int, default=4, metavar="N",
+    serving.add_argument("--parallel", type=int, default=DEFAULT_PARALLEL, metavar="N",
                          help="the batched server's --parallel (default: %(default)s)")
     synthetic = parser.add_argument_group("synthetic pair (--synthetic)")
     synthetic.add_argument("--synthetic", action="store_true",
