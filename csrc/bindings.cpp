@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <exception>
 #include <map>
 #include <memory>
 #include <optional>
@@ -109,9 +110,23 @@ public:
         return id;
     }
 
+    // A failed step drops every started generation: their kept callback errors go with them.
     StepReport step() {
-        py::gil_scoped_release release;
-        return engine().step();
+        StepReport report;
+        std::exception_ptr failure;
+        {
+            py::gil_scoped_release release;
+            try {
+                report = engine().step();
+            } catch (...) {
+                failure = std::current_exception();
+            }
+        }
+        if (failure) {
+            errors_.clear();
+            std::rethrow_exception(failure);
+        }
+        return report;
     }
 
     py::dict take_result(int id) {
