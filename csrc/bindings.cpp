@@ -333,13 +333,16 @@ PYBIND11_MODULE(_core, m) {
         .def_readonly("accepted", &GenerationStats::accepted)
         .def_readonly("rejected", &GenerationStats::rejected)
         .def_readonly("target_passes", &GenerationStats::target_passes)
-        .def_readonly("draft_max", &GenerationStats::draft_max)
+        .def_readonly("last_drafted", &GenerationStats::last_drafted)
         .def_readonly("accepted_length_histogram", &GenerationStats::accepted_length_histogram)
         .def_readonly("drafted_by_position", &GenerationStats::drafted_by_position)
         .def_readonly("accepted_by_position", &GenerationStats::accepted_by_position)
         .def_readonly("prefill_seconds", &GenerationStats::prefill_seconds)
         .def_readonly("draft_seconds", &GenerationStats::draft_seconds)
+        .def_readonly("lookup_drafted", &GenerationStats::lookup_drafted)
+        .def_readonly("lookup_accepted", &GenerationStats::lookup_accepted)
         .def_readonly("model_drafted", &GenerationStats::model_drafted)
+        .def_readonly("model_accepted", &GenerationStats::model_accepted)
         .def_readonly("model_draft_seconds", &GenerationStats::model_draft_seconds)
         .def_readonly("verify_seconds", &GenerationStats::verify_seconds)
         .def_readonly("other_seconds", &GenerationStats::other_seconds)
@@ -424,18 +427,18 @@ PYBIND11_MODULE(_core, m) {
     py::class_<DraftController>(testing, "DraftController")
         .def(py::init<int>())
         .def("begin_request", &DraftController::begin_request)
-        .def("choose", &DraftController::choose, py::arg("kind") = 0, py::arg("limit") = 1 << 30)
+        .def("choose", &DraftController::choose, py::arg("slot") = 0, py::arg("limit") = 1 << 30)
         .def("observe", &DraftController::observe, py::arg("k"), py::arg("n_accepted"),
-             py::arg("draft_seconds"), py::arg("verify_seconds"), py::arg("kind") = 0)
+             py::arg("draft_seconds"), py::arg("verify_seconds"), py::arg("slot") = 0)
         .def("seed_verify_seconds", &DraftController::seed_verify_seconds, py::arg("rows"), py::arg("seconds"))
         .def("observe_acceptance", &DraftController::observe_acceptance, py::arg("k"), py::arg("n_accepted"),
-             py::arg("kind") = 0)
-        .def("acceptance", &DraftController::acceptance, py::arg("kind") = 0, py::arg("position") = -1)
-        .def("pessimistic_acceptance", &DraftController::pessimistic_acceptance, py::arg("kind") = 0,
+             py::arg("slot") = 0)
+        .def("acceptance", &DraftController::acceptance, py::arg("slot") = 0, py::arg("position") = -1)
+        .def("pessimistic_acceptance", &DraftController::pessimistic_acceptance, py::arg("slot") = 0,
              py::arg("position") = 0)
         .def("verify_seconds", &DraftController::verify_seconds)
-        .def("draft_seconds_per_token", &DraftController::draft_seconds_per_token, py::arg("kind") = 0)
-        .def("expected_rate", &DraftController::expected_rate, py::arg("k"), py::arg("kind") = 0,
+        .def("draft_seconds_per_token", &DraftController::draft_seconds_per_token, py::arg("slot") = 0)
+        .def("expected_rate", &DraftController::expected_rate, py::arg("k"), py::arg("slot") = 0,
              py::arg("estimate") = DraftController::Estimate::Mean)
         .def_property_readonly("credit", &DraftController::credit)
         .def_property_readonly("memory", &DraftController::memory)

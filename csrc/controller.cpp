@@ -28,7 +28,7 @@ double ema(double old, double sample) {
     return old == 0 ? sample : old + kCostSmoothing * (std::min(sample, kSpikeClip * old) - old);
 }
 
-size_t kind_index(int kind) { return static_cast<size_t>(std::clamp(kind, 0, DraftController::kKinds - 1)); }
+size_t slot_index(int slot) { return static_cast<size_t>(std::clamp(slot, 0, DraftController::kSlots - 1)); }
 
 double sum(const std::vector<double>& v) {
     double s = 0;
@@ -37,35 +37,35 @@ double sum(const std::vector<double>& v) {
 }
 
 // The kind's acceptance over all positions, with one accepted and one rejected pseudo-step.
-double pooled_acceptance(const ControllerMemory& m, size_t kind) {
-    return (sum(m.hits[kind]) + 1.0) / (sum(m.trials[kind]) + 2.0);
+double pooled_acceptance(const ControllerMemory& m, size_t slot) {
+    return (sum(m.hits[slot]) + 1.0) / (sum(m.trials[slot]) + 2.0);
 }
 
 }  // namespace
 
 DraftController::DraftController(int k_max) : k_max_(std::max(0, k_max)) {
     const size_t positions = static_cast<size_t>(k_max_);
-    mem_.trials.assign(kKinds, std::vector<double>(positions, 0.0));
-    mem_.hits.assign(kKinds, std::vector<double>(positions, 0.0));
+    mem_.trials.assign(kSlots, std::vector<double>(positions, 0.0));
+    mem_.hits.assign(kSlots, std::vector<double>(positions, 0.0));
     mem_.verify.assign(positions + 2, 0.0);
-    mem_.draft_cost.assign(kKinds, 0.0);
+    mem_.draft_cost.assign(kSlots, 0.0);
     begin_request();
 }
 
 void DraftController::begin_request() {
     credit_ = explore_credit_ = 0;
     exploring_ = false;
-    fast_.assign(kKinds, 0.0);
-    for (size_t kind = 0; kind < kKinds; ++kind) {
-        auto& trials = mem_.trials[kind];
-        auto& hits = mem_.hits[kind];
+    fast_.assign(kSlots, 0.0);
+    for (size_t slot = 0; slot < kSlots; ++slot) {
+        auto& trials = mem_.trials[slot];
+        auto& hits = mem_.hits[slot];
         const double first = trials.empty() ? 0.0 : trials[0];
         if (first > kMemoryTrials) {
             const double scale = kMemoryTrials / first;
             for (double& x : trials) x *= scale;
             for (double& x : hits) x *= scale;
         }
-        fast_[kind] = acceptance(static_cast<int>(kind), 0);
+        fast_[slot] = acceptance(static_cast<int>(slot), 0);
     }
 }
 
@@ -78,7 +78,7 @@ void DraftController::swap_request(RequestState& other) {
 
 void DraftController::restore(const ControllerMemory& memory) {
     auto fits = [this](const std::vector<std::vector<double>>& table) {
-        if (table.size() != static_cast<size_t>(kKinds)) return false;
+        if (table.size() != static_cast<size_t>(kSlots)) return false;
         for (const auto& row : table) {
             if (row.size() != static_cast<size_t>(k_max_)) return false;
         }
@@ -99,8 +99,8 @@ void DraftController::seed_verify_seconds(int rows, double seconds) {
     }
 }
 
-double DraftController::acceptance(int kind, int position) const {
-    const size_t k = kind_index(kind);
+double DraftController::acceptance(int slot, int position) const {
+    const size_t k = slot_index(slot);
     const double mean = pooled_acceptance(mem_, k);
     if (position < 0 || position >= k_max_) return mean;
     const size_t i = static_cast<size_t>(position);
@@ -110,11 +110,11 @@ double DraftController::acceptance(int kind, int position) const {
 // The position's mean moved z standard deviations of the kind's pooled estimate (a proportion
 // over all its trials): the evidence is mostly in how often the kind is right at all; the
 // per-position means only shape it.
-double DraftController::bounded_acceptance(int kind, int position, double z) const {
-    const size_t k = kind_index(kind);
+double DraftController::bounded_acceptance(int slot, int position, double z) const {
+    const size_t k = slot_index(slot);
     const double pooled = pooled_acceptance(mem_, k);
     const double n = sum(mem_.trials[k]) + 2.0;
-    const double a = acceptance(kind, position);
+    const double a = acceptance(slot, position);
     return std::clamp(a + z * std::sqrt(pooled * (1.0 - pooled) / n), 0.0, 1.0);
 }
 
@@ -122,16 +122,16 @@ double DraftController::bounded_acceptance(int kind, int position, double z) con
 // halving the past at every step) relative to a quarter of the slow estimate of that chance, at
 // most 1: ordinary luck leaves it at 1, while a kind that stops being right is cut to about half
 // after three steps that accepted nothing and to a quarter after four, however long its record.
-double DraftController::fast_ratio(int kind) const {
-    const size_t k = kind_index(kind);
-    return std::min(1.0, fast_[k] / (kFastFloor * acceptance(kind, 0)));
+double DraftController::fast_ratio(int slot) const {
+    const size_t k = slot_index(slot);
+    return std::min(1.0, fast_[k] / (kFastFloor * acceptance(slot, 0)));
 }
 
-double DraftController::pessimistic_acceptance(int kind, int position) const {
-    return bounded_acceptance(kind, position, -kZ) * fast_ratio(kind);
+double DraftController::pessimistic_acceptance(int slot, int position) const {
+    return bounded_acceptance(slot, position, -kZ) * fast_ratio(slot);
 }
 
-double DraftController::draft_seconds_per_token(int kind) const { return mem_.draft_cost[kind_index(kind)]; }
+double DraftController::draft_seconds_per_token(int slot) const { return mem_.draft_cost[slot_index(slot)]; }
 
 double DraftController::verify_seconds(int rows) const {
     // The measured value if any. An unmeasured size is assumed to cost what the nearest
@@ -150,30 +150,30 @@ double DraftController::verify_seconds(int rows) const {
     return 1.0;  // nothing measured yet
 }
 
-double DraftController::expected_rate(int k, int kind, Estimate estimate) const {
+double DraftController::expected_rate(int k, int slot, Estimate estimate) const {
     double tokens = 1.0, reach = 1.0;  // reach: chance that every draft so far was accepted
     for (int i = 0; i < k; ++i) {
-        const double a = estimate == Estimate::Mean          ? acceptance(kind, i)
-                         : estimate == Estimate::Pessimistic ? pessimistic_acceptance(kind, i)
-                                                             : bounded_acceptance(kind, i, kZ);
+        const double a = estimate == Estimate::Mean          ? acceptance(slot, i)
+                         : estimate == Estimate::Pessimistic ? pessimistic_acceptance(slot, i)
+                                                             : bounded_acceptance(slot, i, kZ);
         reach *= a;
         tokens += reach;
     }
-    const double seconds = k * draft_seconds_per_token(kind) + verify_seconds(k + 1);
+    const double seconds = k * draft_seconds_per_token(slot) + verify_seconds(k + 1);
     return seconds > 0 ? tokens / seconds : 0.0;
 }
 
 // A step whose drafts are all rejected emits one token (the correction) and costs the drafts
 // and a (k + 1)-row pass; plain decoding would have emitted that token for one row. A pass size
 // not measured yet is priced as k + 1 separate passes (it never costs more in practice).
-double DraftController::worst_loss(int k, int kind) const {
+double DraftController::worst_loss(int k, int slot) const {
     const size_t rows = static_cast<size_t>(k) + 1;
     const bool measured = rows < mem_.verify.size() && mem_.verify[rows] > 0;
     const double pass = measured ? mem_.verify[rows] : (k + 1) * verify_seconds(1);
-    return k * draft_seconds_per_token(kind) + pass - verify_seconds(1);
+    return k * draft_seconds_per_token(slot) + pass - verify_seconds(1);
 }
 
-int DraftController::choose(int kind, int limit) {
+int DraftController::choose(int slot, int limit) {
     exploring_ = false;
     limit = std::clamp(limit, 0, k_max_);
     if (limit == 0) return 0;
@@ -181,29 +181,29 @@ int DraftController::choose(int kind, int limit) {
     // Exploit: among the k whose pessimistic rate beats plain decoding and whose risk the request
     // can afford, the one with the best expected (mean) rate. Every k is judged with its own V(k + 1): on CPUs batch costs are
     // far from linear (4 or 8 rows can cost less than 3 or 7).
-    const double plain = expected_rate(0, kind);
+    const double plain = expected_rate(0, slot);
     int best = 0;
     double best_rate = plain;
     // The worst case (all rejected) has at most the pessimistic chance 1 - a_1 of happening.
-    const double miss = 1.0 - pessimistic_acceptance(kind, 0);
+    const double miss = 1.0 - pessimistic_acceptance(slot, 0);
     for (int k = 1; k <= limit; ++k) {
-        if (miss * worst_loss(k, kind) > std::max(credit_, 0.0) + kExploitAllowance * verify_seconds(1)) continue;
-        if (expected_rate(k, kind, Estimate::Pessimistic) <= plain) continue;
-        const double rate = expected_rate(k, kind);
+        if (miss * worst_loss(k, slot) > std::max(credit_, 0.0) + kExploitAllowance * verify_seconds(1)) continue;
+        if (expected_rate(k, slot, Estimate::Pessimistic) <= plain) continue;
+        const double rate = expected_rate(k, slot);
         if (rate > best_rate) {
             best = k;
             best_rate = rate;
         }
     }
     if (best > 0) return best;
-    const int probe = explore(kind, limit);
+    const int probe = explore(slot, limit);
     if (probe > 0) {
         exploring_ = true;
         return probe;
     }
     // Declined: the evidence against this kind ages a little, so that the optimistic estimate
     // eventually asks for another (paid-for) probe and a change of text is noticed.
-    const size_t i = kind_index(kind);
+    const size_t i = slot_index(slot);
     for (double& x : mem_.trials[i]) x *= kAge;
     for (double& x : mem_.hits[i]) x *= kAge;
     return 0;
@@ -211,13 +211,13 @@ int DraftController::choose(int kind, int limit) {
 
 // A draft that the optimistic estimate says could win, paid in full from the exploration
 // budget (never from what exploiting has won: that belongs to the user).
-int DraftController::explore(int kind, int limit) const {
-    const double plain = expected_rate(0, kind);
+int DraftController::explore(int slot, int limit) const {
+    const double plain = expected_rate(0, slot);
     int best = 0;
     double best_rate = plain;
     for (int k = 1; k <= limit; ++k) {
-        if (worst_loss(k, kind) > std::min(credit_, explore_credit_)) continue;
-        const double rate = expected_rate(k, kind, Estimate::Optimistic);
+        if (worst_loss(k, slot) > std::min(credit_, explore_credit_)) continue;
+        const double rate = expected_rate(k, slot, Estimate::Optimistic);
         if (rate > best_rate) {
             best = k;
             best_rate = rate;
@@ -226,7 +226,7 @@ int DraftController::explore(int kind, int limit) const {
     return best;
 }
 
-void DraftController::observe(int k, int n_accepted, double draft_seconds, double verify_seconds_, int kind) {
+void DraftController::observe(int k, int n_accepted, double draft_seconds, double verify_seconds_, int slot) {
     const size_t rows = static_cast<size_t>(k) + 1;
     if (rows < mem_.verify.size()) mem_.verify[rows] = ema(mem_.verify[rows], verify_seconds_);
     const double plain = verify_seconds(1);
@@ -236,8 +236,8 @@ void DraftController::observe(int k, int n_accepted, double draft_seconds, doubl
         credit_ = std::min(credit_ + budget, kCreditCap * plain);
         return;
     }
-    observe_acceptance(k, n_accepted, kind);
-    const size_t i = kind_index(kind);
+    observe_acceptance(k, n_accepted, slot);
+    const size_t i = slot_index(slot);
     mem_.draft_cost[i] = ema(mem_.draft_cost[i], draft_seconds / k);
     // What this step won or lost against plain decoding of the same tokens.
     const double won = (n_accepted + 1) * plain - (draft_seconds + verify_seconds_);
@@ -245,9 +245,9 @@ void DraftController::observe(int k, int n_accepted, double draft_seconds, doubl
     if (exploring_) explore_credit_ = std::min(explore_credit_ + won, kCreditCap * plain);
 }
 
-void DraftController::observe_acceptance(int k, int n_accepted, int kind) {
+void DraftController::observe_acceptance(int k, int n_accepted, int slot) {
     if (k <= 0) return;
-    const size_t i = kind_index(kind);
+    const size_t i = slot_index(slot);
     auto& trials = mem_.trials[i];
     auto& hits = mem_.hits[i];
     for (double& x : trials) x *= kDecay;

@@ -29,15 +29,17 @@
 
 #include <vector>
 
+#include "draft_kind.h"
+
 namespace localspec {
 
 // What the controller has learned, kept across requests (and saved by `localspec run`).
 struct ControllerMemory {
-    // [kind][i]: decayed counts of drafts that reached position i (trials) and of those accepted
+    // [slot][i]: decayed counts of drafts that reached position i (trials) and of those accepted
     // (hits); hits / trials estimates the conditional acceptance a_{i+1}.
     std::vector<std::vector<double>> trials, hits;
     std::vector<double> verify;      // [rows]: smoothed seconds of a target pass; 0 = not measured
-    std::vector<double> draft_cost;  // [kind]: smoothed draft seconds per drafted token
+    std::vector<double> draft_cost;  // [slot]: smoothed draft seconds per drafted token
 };
 
 class DraftController {
@@ -45,10 +47,10 @@ public:
     explicit DraftController(int k_max);
 
     int k_max() const { return k_max_; }
-    // Acceptance and draft cost are tracked per kind of draft (e.g. the n-gram match length: a
-    // 4-token match predicts better than a 2-token one, and costs nothing to draft, unlike a
-    // draft model, kind 0); kinds are 0 .. kKinds-1.
-    static constexpr int kKinds = 8;
+    // Acceptance and draft cost are tracked per kind of draft, in the kind's slot
+    // (DraftKind::slot: a draft model or head in slot 0; an n-gram lookup by its match length,
+    // since a 4-token match predicts better than a 2-token one and costs nothing to draft).
+    static constexpr int kSlots = DraftKind::kSlots;
 
     // What belongs to one request (its credit and recent acceptance), as opposed to what is
     // learned for all of them. Batched generation keeps one per sequence and swaps it in around
@@ -56,7 +58,7 @@ public:
     struct RequestState {
         double credit = 0, explore_credit = 0;
         bool exploring = false;
-        std::vector<double> fast = std::vector<double>(kKinds, 0.0);
+        std::vector<double> fast = std::vector<double>(kSlots, 0.0);
     };
     void swap_request(RequestState& other);
 
@@ -65,25 +67,25 @@ public:
     void begin_request();
     // Draft length for the next step, for a draft of this kind, at most `limit` (the drafter's
     // proposal length when it drafts first).
-    int choose(int kind = 0, int limit = 1 << 30);
+    int choose(int slot = 0, int limit = 1 << 30);
     // What the step did: drafted k tokens (k may be below the choice when the drafter had
     // fewer to offer), accepted n of them, and how long drafting and verification took.
-    void observe(int k, int n_accepted, double draft_seconds, double verify_seconds, int kind = 0);
+    void observe(int k, int n_accepted, double draft_seconds, double verify_seconds, int slot = 0);
     // Acceptance evidence without a pass: a proposal of k tokens that was not verified, of which
     // the first n turned out to be what the target produced (a deterministic draft, checked
     // against the tokens emitted after it). Updates acceptance only, not costs or credit.
-    void observe_acceptance(int k, int n_accepted, int kind = 0);
+    void observe_acceptance(int k, int n_accepted, int slot = 0);
     // Seeds V(rows) from a calibration pass (engine start-up), before any step has measured it.
     void seed_verify_seconds(int rows, double seconds);
 
     // Estimates. position is 0-based (0: the first drafted token); acceptance at position -1 is
     // the kind's pooled acceptance over all positions.
-    double acceptance(int kind = 0, int position = -1) const;             // mean estimate
-    double pessimistic_acceptance(int kind = 0, int position = 0) const;  // what exploiting uses
+    double acceptance(int slot = 0, int position = -1) const;             // mean estimate
+    double pessimistic_acceptance(int slot = 0, int position = 0) const;  // what exploiting uses
     double verify_seconds(int rows) const;                                // V(rows)
-    double draft_seconds_per_token(int kind = 0) const;
+    double draft_seconds_per_token(int slot = 0) const;
     enum class Estimate { Mean, Pessimistic, Optimistic };
-    double expected_rate(int k, int kind = 0, Estimate estimate = Estimate::Mean) const;  // E(k) / T(k)
+    double expected_rate(int k, int slot = 0, Estimate estimate = Estimate::Mean) const;  // E(k) / T(k)
     double credit() const { return credit_; }  // seconds drafting may still lose in this request
 
     const ControllerMemory& memory() const { return mem_; }
@@ -91,15 +93,15 @@ public:
     void restore(const ControllerMemory& memory);
 
 private:
-    double bounded_acceptance(int kind, int position, double z) const;
-    double worst_loss(int k, int kind) const;  // seconds lost if every drafted token is rejected
-    double fast_ratio(int kind) const;
-    int explore(int kind, int limit) const;
+    double bounded_acceptance(int slot, int position, double z) const;
+    double worst_loss(int k, int slot) const;  // seconds lost if every drafted token is rejected
+    double fast_ratio(int slot) const;
+    int explore(int slot, int limit) const;
 
     int k_max_;
     ControllerMemory mem_;
     // The current request's state (RequestState):
-    std::vector<double> fast_;  // [kind]: recent share of drafted tokens accepted (fast_ratio)
+    std::vector<double> fast_;  // [slot]: recent share of drafted tokens accepted (fast_ratio)
     double credit_ = 0;          // what drafting may still lose in this request (seconds)
     double explore_credit_ = 0;  // the part of it that exploring may spend: its budget only
     bool exploring_ = false;     // the last choice was a probe (paid from explore_credit_)

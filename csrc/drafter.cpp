@@ -38,7 +38,7 @@ Draft NgramDrafter::lookup_draft(const std::vector<Token>& history, int k) {
     if (k <= 0) return out;
     int n_found = 0;
     out.tokens = lookup(history, n_min_, n_max_, k, n_found);
-    out.kind = n_found;
+    out.kind = DraftKind::lookup(n_found);
     // A match whose continuation runs into the end of the context is a repeating cycle:
     // keep looking up on the context extended by the draft, so the draft follows the cycle.
     std::vector<Token> context;

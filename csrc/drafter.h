@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "draft_kind.h"
 #include "llama_backend.h"
 #include "sampling.h"
 
@@ -16,9 +17,7 @@ struct Draft {
     // One distribution per drafted token when the drafter sampled from q; empty for a
     // deterministic drafter (q is then a point mass on each drafted token).
     std::vector<Distribution> q;
-    // What kind of draft this is, for the controller's acceptance and cost estimates (an
-    // n-gram lookup reports its match length, 1 or more; a draft model 0).
-    int kind = 0;
+    DraftKind kind;
 };
 
 class Drafter {
@@ -33,6 +32,8 @@ public:
     // a pass per token, so its length is chosen first.
     virtual Draft lookup_draft(const std::vector<Token>& /*history*/, int /*k*/) { return {}; }
     virtual bool has_model() const { return false; }
+    // The kind of draft model_draft returns (the controller's choice of its length comes first).
+    virtual DraftKind model_kind() const { return DraftKind::model(); }
     virtual Draft model_draft(const std::vector<Token>& /*history*/, int /*k*/, const SamplingParams& /*params*/,
                               Rng& /*rng*/) {
         return {};
@@ -102,6 +103,7 @@ public:
     void rollback(const std::vector<Token>& history) override { model_->rollback(history); }
     void prefill(const std::vector<Token>& history) override { model_->prefill(history); }
     std::string head() const override { return model_->head(); }
+    DraftKind model_kind() const override { return model_->model_kind(); }
 
 private:
     NgramDrafter ngram_;

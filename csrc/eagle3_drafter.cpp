@@ -84,6 +84,7 @@ Token Eagle3Drafter::next_token(const SamplingParams& params, Rng& rng, bool sam
 
 Draft Eagle3Drafter::draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) {
     Draft out;
+    out.kind = DraftKind::head();
     const size_t n = history.size();
     // The target's cache holds h[0..n-2], so their features are recorded.
     if (k <= 0 || n < 2 || target_.kv_tokens().size() + 1 < n) return out;

@@ -32,6 +32,7 @@ public:
     void rollback(const std::vector<Token>& history) override;
     void prefill(const std::vector<Token>& history) override { rollback(history); }
     std::string head() const override { return head_name_; }
+    DraftKind model_kind() const override { return DraftKind::head(); }
 
 private:
     void commit(const std::vector<Token>& history, size_t n_commit);

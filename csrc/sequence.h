@@ -39,7 +39,7 @@ struct Sequence {
     struct Unverified {
         size_t start = 0;  // history index of its first token
         std::vector<Token> tokens;
-        int kind = 0;
+        DraftKind kind;
     } unverified;
     GenerateResult result;
     Clock::time_point start, gen_start;

@@ -76,13 +76,13 @@ Draft SpecEngine::draft_tokens(Sequence& s, int k_cap) {
     if (!s.request.adaptive) return drafter_->draft(s.history, k_cap, s.request.sampling, s.rng);
     Draft draft = drafter_->lookup_draft(s.history, k_cap);
     if (!draft.tokens.empty()) {
-        const int k = controller_.choose(draft.kind, static_cast<int>(draft.tokens.size()));
+        const int k = controller_.choose(draft.kind.slot(), static_cast<int>(draft.tokens.size()));
         if (k == 0 && s.unverified.tokens.empty()) s.unverified = {s.history.size(), draft.tokens, draft.kind};
         draft.tokens.resize(static_cast<size_t>(k));
         return draft;
     }
     if (!drafter_->has_model()) return draft;
-    const int k = controller_.choose(0, k_cap);
+    const int k = controller_.choose(drafter_->model_kind().slot(), k_cap);
     return k > 0 ? drafter_->model_draft(s.history, k, s.request.sampling, s.rng) : Draft{};
 }
 
@@ -100,7 +100,7 @@ void SpecEngine::fit_drafts_to_batch(const std::vector<Sequence*>& batch) {
         std::vector<double> g;
         double reach = 1.0;
         for (size_t j = 0; j < d.tokens.size(); ++j) {
-            reach *= controller_.acceptance(d.kind, static_cast<int>(j));
+            reach *= controller_.acceptance(d.kind.slot(), static_cast<int>(j));
             g.push_back(reach);
         }
         base_rows += 1;
@@ -183,13 +183,10 @@ void SpecEngine::roll_back(Sequence& s) {
     if (drafter_) drafter_->rollback(s.history);
 
     GenerationStats& stats = s.result.stats;
-    stats.draft_max = drafted;
-    stats.record_step(drafted, n_accepted);
+    stats.last_drafted = drafted;
+    stats.record_step(drafted, n_accepted, s.step.draft.kind);
     stats.draft_seconds += s.step.draft_seconds;
-    if (s.step.draft.kind == 0 && drafted > 0) {  // kind 0: a model drafted (lookups report their match length)
-        stats.model_drafted += drafted;
-        stats.model_draft_seconds += s.step.draft_seconds;
-    }
+    if (s.step.draft.kind.runs_model()) stats.model_draft_seconds += s.step.draft_seconds;
     stats.verify_seconds += s.step.verify_seconds;
     stats.other_seconds += seconds_since(t0);
 }
@@ -207,7 +204,8 @@ void SpecEngine::emit(Sequence& s, bool shared_pass) {
     result.pass_emitted.push_back(static_cast<int>(step.tokens.size()));
     controller_.swap_request(s.credit);
     const double verify_seconds = shared_pass ? controller_.verify_seconds(drafted + 1) : step.verify_seconds;
-    controller_.observe(drafted, step.acceptance.n_accepted, step.draft_seconds, verify_seconds, step.draft.kind);
+    controller_.observe(drafted, step.acceptance.n_accepted, step.draft_seconds, verify_seconds,
+                        step.draft.kind.slot());
     resolve_unverified(s);
     controller_.swap_request(s.credit);
 
@@ -273,7 +271,7 @@ void SpecEngine::resolve_unverified(Sequence& s) {
     while (n < d.size() && u.start + n < s.history.size() && s.history[u.start + n] == d[n]) ++n;
     const bool decided = n == d.size() || u.start + n < s.history.size();
     if (!decided) return;
-    controller_.observe_acceptance(static_cast<int>(d.size()), static_cast<int>(n), u.kind);
+    controller_.observe_acceptance(static_cast<int>(d.size()), static_cast<int>(n), u.kind.slot());
     u.tokens.clear();
 }
 

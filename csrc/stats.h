@@ -3,6 +3,8 @@
 
 #include <vector>
 
+#include "draft_kind.h"
+
 namespace localspec {
 
 struct GenerationStats {
@@ -12,14 +14,16 @@ struct GenerationStats {
     int accepted = 0;       // drafted tokens that passed verification
     int rejected = 0;       // drafted - accepted
     int target_passes = 0;  // verification passes; each emits accepted + 1 tokens
-    int draft_max = 0;      // draft length asked for in the last step
+    int last_drafted = 0;   // tokens drafted in the last step
     std::vector<int> accepted_length_histogram;  // [n]: steps that accepted n drafts
     std::vector<int> drafted_by_position;        // [i]: drafts made at position i of a step
     std::vector<int> accepted_by_position;       // [i]: of those, accepted
     double prefill_seconds = 0, draft_seconds = 0, verify_seconds = 0, other_seconds = 0;
-    // Drafts that ran a model (a draft model or a hidden-state head), not a free lookup: their
-    // tokens and seconds give the draft cost c per drafted token.
-    int model_drafted = 0;
+    // By kind of draft (DraftKind::Source). Drafts that ran a model (a draft model or a
+    // hidden-state head), not a free lookup: their tokens and seconds give the draft cost c per
+    // drafted token.
+    int lookup_drafted = 0, lookup_accepted = 0;
+    int model_drafted = 0, model_accepted = 0;
     double model_draft_seconds = 0;
     double generation_seconds = 0;  // excludes prefill
     double time_to_first_token = 0;
@@ -34,8 +38,10 @@ struct GenerationStats {
         return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0.0;
     }
 
-    void record_step(int n_drafted, int n_accepted) {
+    void record_step(int n_drafted, int n_accepted, DraftKind kind) {
         ++target_passes;
+        (kind.runs_model() ? model_drafted : lookup_drafted) += n_drafted;
+        (kind.runs_model() ? model_accepted : lookup_accepted) += n_accepted;
         drafted += n_drafted;
         accepted += n_accepted;
         rejected += n_drafted - n_accepted;

@@ -152,7 +152,10 @@ class GenerationStats:
     accepted_by_position: list[int] = field(default_factory=list)
     prefill_seconds: float = 0.0
     draft_seconds: float = 0.0
+    lookup_drafted: int = 0  # drafted tokens an n-gram lookup proposed
+    lookup_accepted: int = 0  # of those, accepted
     model_drafted: int = 0  # drafted tokens that ran a model (draft model or head), not a lookup
+    model_accepted: int = 0  # of those, accepted
     model_draft_seconds: float = 0.0  # their drafting seconds
     verify_seconds: float = 0.0
     other_seconds: float = 0.0
@@ -160,7 +163,7 @@ class GenerationStats:
     time_to_first_token: float = 0.0
     tokens_per_second: float = 0.0  # n_tokens / generation_seconds
     prefill_tokens_per_second: float = 0.0
-    draft_max: int = 0  # draft length used by the last step
+    last_drafted: int = 0  # tokens drafted in the last step
 
     @property
     def acceptance_by_position(self) -> list[float]:

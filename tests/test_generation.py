@@ -184,3 +184,18 @@ def test_one_engine_thread_loads_serves_and_frees(tiny_model_path, tmp_path) -> 
     assert engine.generate("the cat", max_tokens=4, temperature=0.0).stats.n_tokens == 4
     engine.close()
     assert {t.ident for t in threading.enumerate()} == before
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "model", "hybrid"])
+def test_stats_count_drafts_by_kind(engines, drafter: str) -> None:
+    """Lookups and model drafts are counted apart (the server's /metrics reports them by kind):
+    the two parts add up to the totals, and each drafter fills only the parts it drafts."""
+    runs = [engines[drafter].generate(p, GREEDY, draft_max=4).stats for p in PROMPTS]
+    lookup = sum(s.lookup_drafted for s in runs)
+    model = sum(s.model_drafted for s in runs)
+    assert lookup + model == sum(s.drafted for s in runs)
+    assert sum(s.lookup_accepted + s.model_accepted for s in runs) == sum(s.accepted for s in runs)
+    assert (lookup > 0) == (drafter in ("ngram", "hybrid"))
+    assert (model > 0) == (drafter in ("model", "hybrid"))
+    assert all(s.lookup_accepted <= s.lookup_drafted and s.model_accepted <= s.model_drafted for s in runs)
+    assert runs[-1].last_drafted <= 4

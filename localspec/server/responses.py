@@ -37,7 +37,7 @@ def speculation_of(stats: GenerationStats, drafter: str, speculative: bool) -> d
         prefill_tokens_per_second=stats.prefill_tokens_per_second,
         time_to_first_token=stats.time_to_first_token,
         generation_seconds=stats.generation_seconds,
-        draft_max=stats.draft_max,
+        last_drafted=stats.last_drafted,
     ).model_dump(exclude_none=True)
 
 

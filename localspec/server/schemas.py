@@ -229,7 +229,7 @@ class SpeculationStats(BaseModel):
     prefill_tokens_per_second: float
     time_to_first_token: float
     generation_seconds: float
-    draft_max: int
+    last_drafted: int
     provenance: list[TokenProvenance] | None = None
 
 

@@ -83,7 +83,7 @@ def numbers_line(metrics: ReplyMetrics | None, settings: ChatSettings,
     tau = Text("τ ").append(f"{tau_value:4.2f}" if tau_value else "  - ", "bold")
     k = settings.draft_label()
     if settings.draft_max == "auto" and stats is not None and stats.target_passes:
-        k = f"auto·{stats.draft_max}"
+        k = f"auto·{stats.last_drafted}"
     spec = (Text("spec ON", "bold green") if settings.speculative
             else Text("spec OFF", "bold yellow"))
     return [(0, rate), (1, accept), (1, tau), (3, Text(f"k {k}")),

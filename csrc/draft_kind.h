@@ -1,0 +1,33 @@
+// The kinds of draft (docs/design.md, "The controller"): who proposed the tokens, which tells the
+// controller whose acceptance and cost to learn from them.
+#pragma once
+
+namespace localspec {
+
+// What kind of draft a proposal is. The controller learns acceptance and cost per kind
+// (DraftKind::slot), and the statistics count drafted and accepted tokens per source.
+struct DraftKind {
+    enum class Source {
+        Model,   // a draft model: a pass of its own per drafted token
+        Head,    // a hidden-state head reading the target's features (EAGLE-3)
+        Lookup,  // an n-gram lookup over the context: free to propose
+    };
+    Source source = Source::Model;
+    int match_length = 0;  // Lookup: how many context tokens matched (a longer match predicts better)
+
+    static constexpr int kMaxMatchLength = 7;
+    static constexpr int kSlots = kMaxMatchLength + 1;  // slot 0: model and head; 1..7: lookups
+    static DraftKind model() { return {Source::Model, 0}; }
+    static DraftKind head() { return {Source::Head, 0}; }
+    static DraftKind lookup(int match_length) { return {Source::Lookup, match_length}; }
+
+    // The controller's index for this kind. A drafter runs at most one model or head, so they
+    // share slot 0; lookups learn per match length, longer matches pooled at the longest.
+    int slot() const {
+        if (source != Source::Lookup) return 0;
+        return match_length < 1 ? 1 : (match_length > kMaxMatchLength ? kMaxMatchLength : match_length);
+    }
+    bool runs_model() const { return source != Source::Lookup; }
+};
+
+}  // namespace localspec
