@@ -33,6 +33,14 @@ std::vector<int> provenance_ints(const std::vector<Provenance>& p) {
     return out;
 }
 
+// Counts per draft source as {source name: count}, every source present.
+py::dict by_source(const std::array<int, DraftKind::kSources>& counts) {
+    py::dict out;
+    for (int i = 0; i < DraftKind::kSources; ++i)
+        out[DraftKind::source_name(static_cast<DraftKind::Source>(i))] = counts[static_cast<size_t>(i)];
+    return out;
+}
+
 py::bytes to_bytes(const std::string& s) { return py::bytes(s); }
 
 // Text from the model can end mid-character only in token_piece; decode leniently there.
@@ -339,10 +347,9 @@ PYBIND11_MODULE(_core, m) {
         .def_readonly("accepted_by_position", &GenerationStats::accepted_by_position)
         .def_readonly("prefill_seconds", &GenerationStats::prefill_seconds)
         .def_readonly("draft_seconds", &GenerationStats::draft_seconds)
-        .def_readonly("lookup_drafted", &GenerationStats::lookup_drafted)
-        .def_readonly("lookup_accepted", &GenerationStats::lookup_accepted)
+        .def_property_readonly("drafted_by_kind", [](const GenerationStats& s) { return by_source(s.drafted_by_source); })
+        .def_property_readonly("accepted_by_kind", [](const GenerationStats& s) { return by_source(s.accepted_by_source); })
         .def_readonly("model_drafted", &GenerationStats::model_drafted)
-        .def_readonly("model_accepted", &GenerationStats::model_accepted)
         .def_readonly("model_draft_seconds", &GenerationStats::model_draft_seconds)
         .def_readonly("verify_seconds", &GenerationStats::verify_seconds)
         .def_readonly("other_seconds", &GenerationStats::other_seconds)

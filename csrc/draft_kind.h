@@ -7,11 +7,22 @@ namespace localspec {
 // What kind of draft a proposal is. The controller learns acceptance and cost per kind
 // (DraftKind::slot), and the statistics count drafted and accepted tokens per source.
 struct DraftKind {
+    // A new source is one more entry here and its name in source_name (the name labels the
+    // statistics and the server's /metrics).
     enum class Source {
         Model,   // a draft model: a pass of its own per drafted token
         Head,    // a hidden-state head reading the target's features (EAGLE-3)
         Lookup,  // an n-gram lookup over the context: free to propose
     };
+    static constexpr int kSources = 3;
+    static const char* source_name(Source s) {
+        switch (s) {
+            case Source::Model: return "model";
+            case Source::Head: return "eagle3";
+            case Source::Lookup: return "ngram";
+        }
+        return "?";
+    }
     Source source = Source::Model;
     int match_length = 0;  // Lookup: how many context tokens matched (a longer match predicts better)
 

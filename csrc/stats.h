@@ -1,6 +1,7 @@
 // Per-generation statistics, named as in docs/design.md, "The speculative step" and "Benchmarks".
 #pragma once
 
+#include <array>
 #include <vector>
 
 #include "draft_kind.h"
@@ -19,11 +20,11 @@ struct GenerationStats {
     std::vector<int> drafted_by_position;        // [i]: drafts made at position i of a step
     std::vector<int> accepted_by_position;       // [i]: of those, accepted
     double prefill_seconds = 0, draft_seconds = 0, verify_seconds = 0, other_seconds = 0;
-    // By kind of draft (DraftKind::Source). Drafts that ran a model (a draft model or a
-    // hidden-state head), not a free lookup: their tokens and seconds give the draft cost c per
-    // drafted token.
-    int lookup_drafted = 0, lookup_accepted = 0;
-    int model_drafted = 0, model_accepted = 0;
+    // Drafted and accepted tokens by who drafted them ([DraftKind::Source]).
+    std::array<int, DraftKind::kSources> drafted_by_source{}, accepted_by_source{};
+    // Drafts that ran a model (a draft model or a hidden-state head), not a free lookup: their
+    // tokens and seconds give the draft cost c per drafted token.
+    int model_drafted = 0;
     double model_draft_seconds = 0;
     double generation_seconds = 0;  // excludes prefill
     double time_to_first_token = 0;
@@ -40,8 +41,9 @@ struct GenerationStats {
 
     void record_step(int n_drafted, int n_accepted, DraftKind kind) {
         ++target_passes;
-        (kind.runs_model() ? model_drafted : lookup_drafted) += n_drafted;
-        (kind.runs_model() ? model_accepted : lookup_accepted) += n_accepted;
+        drafted_by_source[static_cast<size_t>(kind.source)] += n_drafted;
+        accepted_by_source[static_cast<size_t>(kind.source)] += n_accepted;
+        if (kind.runs_model()) model_drafted += n_drafted;
         drafted += n_drafted;
         accepted += n_accepted;
         rejected += n_drafted - n_accepted;

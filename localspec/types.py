@@ -152,10 +152,10 @@ class GenerationStats:
     accepted_by_position: list[int] = field(default_factory=list)
     prefill_seconds: float = 0.0
     draft_seconds: float = 0.0
-    lookup_drafted: int = 0  # drafted tokens an n-gram lookup proposed
-    lookup_accepted: int = 0  # of those, accepted
+    # By who drafted ("ngram", "model", "eagle3", ...: the core's draft sources, all present).
+    drafted_by_kind: dict[str, int] = field(default_factory=dict)
+    accepted_by_kind: dict[str, int] = field(default_factory=dict)
     model_drafted: int = 0  # drafted tokens that ran a model (draft model or head), not a lookup
-    model_accepted: int = 0  # of those, accepted
     model_draft_seconds: float = 0.0  # their drafting seconds
     verify_seconds: float = 0.0
     other_seconds: float = 0.0

@@ -189,13 +189,14 @@ def test_one_engine_thread_loads_serves_and_frees(tiny_model_path, tmp_path) -> 
 @pytest.mark.parametrize("drafter", ["ngram", "model", "hybrid"])
 def test_stats_count_drafts_by_kind(engines, drafter: str) -> None:
     """Lookups and model drafts are counted apart (the server's /metrics reports them by kind):
-    the two parts add up to the totals, and each drafter fills only the parts it drafts."""
+    the kinds add up to the totals, and each drafter fills only the kinds it drafts."""
     runs = [engines[drafter].generate(p, GREEDY, draft_max=4).stats for p in PROMPTS]
-    lookup = sum(s.lookup_drafted for s in runs)
-    model = sum(s.model_drafted for s in runs)
-    assert lookup + model == sum(s.drafted for s in runs)
-    assert sum(s.lookup_accepted + s.model_accepted for s in runs) == sum(s.accepted for s in runs)
-    assert (lookup > 0) == (drafter in ("ngram", "hybrid"))
-    assert (model > 0) == (drafter in ("model", "hybrid"))
-    assert all(s.lookup_accepted <= s.lookup_drafted and s.model_accepted <= s.model_drafted for s in runs)
+    drafted = {k: sum(s.drafted_by_kind[k] for s in runs) for k in runs[0].drafted_by_kind}
+    accepted = {k: sum(s.accepted_by_kind[k] for s in runs) for k in runs[0].accepted_by_kind}
+    assert sum(drafted.values()) == sum(s.drafted for s in runs)
+    assert sum(accepted.values()) == sum(s.accepted for s in runs)
+    assert {k for k, n in drafted.items() if n} == {"ngram": {"ngram"}, "model": {"model"},
+                                                     "hybrid": {"ngram", "model"}}[drafter]
+    assert all(accepted[k] <= drafted[k] for k in drafted)
+    assert drafted["model"] == sum(s.model_drafted for s in runs)
     assert runs[-1].last_drafted <= 4

@@ -253,6 +253,13 @@ def test_metrics_match_the_responses(engine: Engine) -> None:
     assert got["localspec_accepted_tokens_total"] == total("accepted")
     rate = total("accepted") / total("drafted") if total("drafted") else 0.0
     assert got["localspec_acceptance_rate"] == pytest.approx(rate)
+    for kind in extensions[0]["drafted_by_kind"]:  # by kind of draft: a draft model here
+        drafted = float(sum(e["drafted_by_kind"][kind] for e in extensions))
+        accepted = float(sum(e["accepted_by_kind"][kind] for e in extensions))
+        assert got[f"localspec_drafted_tokens_by_kind_total{{kind={kind}}}"] == drafted
+        assert got[f"localspec_accepted_tokens_by_kind_total{{kind={kind}}}"] == accepted
+        assert kind == "model" or drafted == 0
+    assert got["localspec_acceptance_rate_by_kind{kind=model}"] == pytest.approx(rate)
     assert got["localspec_queue_depth"] == 0
     chat_ok = "localspec_http_requests_total{endpoint=/v1/chat/completions,status=200}"
     assert got[chat_ok] == 3

@@ -5,6 +5,9 @@ Names (all prefixed ``localspec_``):
 - ``generations_total{endpoint,finish_reason}``: finished generations (``cancelled`` included).
 - ``prompt_tokens_total``, ``generated_tokens_total``: tokens in and out.
 - ``drafted_tokens_total``, ``accepted_tokens_total``, ``rejected_tokens_total``.
+- ``drafted_tokens_by_kind_total{kind}``, ``accepted_tokens_by_kind_total{kind}`` and
+  ``acceptance_rate_by_kind{kind}``: the same by who drafted (``ngram``, ``model``, ``eagle3``,
+  ...: the core's draft sources; a hybrid drafter fills two).
 - ``target_passes_total``: target verification passes during generation.
 - ``acceptance_rate``: accepted / drafted over the server's lifetime.
 - ``mean_accepted_length``: generated tokens / target passes over the server's lifetime.
@@ -85,6 +88,18 @@ class ServerMetrics:
         )
         self.rejected = Counter(
             "localspec_rejected_tokens", "Drafted tokens rejected by the target.", registry=reg
+        )
+        self.drafted_by_kind = Counter(
+            "localspec_drafted_tokens_by_kind", "Tokens drafted, by kind of draft.", ["kind"],
+            registry=reg,
+        )
+        self.accepted_by_kind = Counter(
+            "localspec_accepted_tokens_by_kind", "Drafted tokens accepted, by kind of draft.",
+            ["kind"], registry=reg,
+        )
+        self.acceptance_by_kind = Gauge(
+            "localspec_acceptance_rate_by_kind", "Accepted / drafted tokens since start, by kind.",
+            ["kind"], registry=reg,
         )
         self.target_passes = Counter(
             "localspec_target_passes", "Target verification passes.", registry=reg
@@ -167,6 +182,10 @@ class ServerMetrics:
         self.rejected.inc(stats.rejected)
         self.target_passes.inc(stats.target_passes)
         self._totals.add(stats)
+        for kind, drafted in stats.drafted_by_kind.items():
+            self.drafted_by_kind.labels(kind=kind).inc(drafted)
+            self.accepted_by_kind.labels(kind=kind).inc(stats.accepted_by_kind.get(kind, 0))
+            self.acceptance_by_kind.labels(kind=kind).set(self._totals.kind_rate(kind))
         if stats.n_tokens > 0:
             self.time_per_token.observe(stats.generation_seconds / stats.n_tokens)
             self.time_to_first_token.observe(stats.time_to_first_token)
@@ -185,14 +204,26 @@ class _Totals:
     accepted: int = 0
     generated: int = 0
     passes: int = 0
+    drafted_by_kind: dict[str, int] = field(default_factory=dict)
+    accepted_by_kind: dict[str, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, stats: GenerationStats) -> None:
         with self.lock:
+            for kind, n in stats.drafted_by_kind.items():
+                self.drafted_by_kind[kind] = self.drafted_by_kind.get(kind, 0) + n
+                self.accepted_by_kind[kind] = (
+                    self.accepted_by_kind.get(kind, 0) + stats.accepted_by_kind.get(kind, 0)
+                )
             self.drafted += stats.drafted
             self.accepted += stats.accepted
             self.generated += stats.n_tokens
             self.passes += stats.target_passes
+
+    def kind_rate(self, kind: str) -> float:
+        with self.lock:
+            drafted = self.drafted_by_kind.get(kind, 0)
+            return self.accepted_by_kind.get(kind, 0) / drafted if drafted else 0.0
 
     def ratio(self, numerator: str, denominator: str) -> float:
         with self.lock:

@@ -38,6 +38,8 @@ def speculation_of(stats: GenerationStats, drafter: str, speculative: bool) -> d
         time_to_first_token=stats.time_to_first_token,
         generation_seconds=stats.generation_seconds,
         last_drafted=stats.last_drafted,
+        drafted_by_kind=stats.drafted_by_kind,
+        accepted_by_kind=stats.accepted_by_kind,
     ).model_dump(exclude_none=True)
 
 

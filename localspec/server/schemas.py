@@ -230,6 +230,8 @@ class SpeculationStats(BaseModel):
     time_to_first_token: float
     generation_seconds: float
     last_drafted: int
+    drafted_by_kind: dict[str, int]
+    accepted_by_kind: dict[str, int]
     provenance: list[TokenProvenance] | None = None
 
 
