@@ -598,9 +598,11 @@ PYBIND11_MODULE(_core, m) {
         std::copy(rows.begin(), rows.end(), out.mutable_data());
         return out;
     }, py::arg("path"), py::arg("ids"));
-    testing.def("eagle3_draft_logits", [](const std::string& target, const std::string& head, const std::vector<Token>& tokens,
-                                          const py::array_t<float, py::array::c_style | py::array::forcecast>& features,
-                                          const std::vector<Token>& unroll, bool f32_cache, int n_threads) {
+    // An EAGLE-3 head's draft-vocabulary logits on given target features, run as the drafter runs
+    // it (csrc/head_probe.h): `localspec check`'s diagnostic and the training parity tests.
+    m.def("eagle3_head_logits", [](const std::string& target, const std::string& head, const std::vector<Token>& tokens,
+                                   const py::array_t<float, py::array::c_style | py::array::forcecast>& features,
+                                   const std::vector<Token>& unroll, bool f32_cache, int n_threads) {
         const std::vector<float> rows(features.data(), features.data() + features.size());
         HeadProbe probe;
         {

@@ -199,6 +199,15 @@ def ngram_lookup(history: list[int], n_min: int, n_max: int, k: int) -> list[int
 def quantize(in_path: str, out_path: str, type: str, threads: int) -> None: ...
 def compare_vocab(target_path: str, draft_path: str) -> dict[str, Any]: ...
 def memory_kind(path: str) -> str: ...
+def eagle3_head_logits(
+    target: str,
+    head: str,
+    tokens: list[int],
+    features: npt.ArrayLike,
+    unroll: list[int],
+    f32_cache: bool = True,
+    n_threads: int = 1,
+) -> dict[str, Any]: ...
 def backend_init(verbose: bool = False) -> None: ...
 def list_devices() -> list[dict[str, Any]]: ...
 
@@ -295,16 +304,6 @@ class _Testing:
     def layer_inputs(
         path: str, tokens: list[int], layers: list[int], extracted: bool
     ) -> npt.NDArray[np.float32]: ...
-    @staticmethod
-    def eagle3_draft_logits(
-        target: str,
-        head: str,
-        tokens: list[int],
-        features: npt.ArrayLike,
-        unroll: list[int],
-        f32_cache: bool = True,
-        n_threads: int = 1,
-    ) -> dict[str, Any]: ...
     @staticmethod
     def argmax(logits: npt.ArrayLike) -> int: ...
     @staticmethod

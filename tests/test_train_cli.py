@@ -17,6 +17,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from localspec.draft_agreement import HeadQ, agreement  # noqa: E402
 from localspec.engine import Engine  # noqa: E402
 from localspec.errors import InvalidParameterError  # noqa: E402
 from localspec.lossless import compare_greedy  # noqa: E402
@@ -81,6 +82,33 @@ def test_the_trained_head_drafts_losslessly(trained: Path, tiny_model_path: Path
         divergence = compare_greedy(plain, plain.tokenize(prompt), expected.tokens, got)
         assert divergence is None or divergence.verdict == "tie", divergence
         assert got.stats.drafted > 0
+
+
+def test_the_check_diagnostic_reads_the_rows_the_head_drafts_from(trained: Path,
+                                                                    tiny_model_path: Path) -> None:
+    """`check`'s q rows for a head (localspec.draft_agreement) are the ones the drafter takes its
+    first token from: walking the plain output with draft length 1 (an accepted draft moves two
+    positions on, a rejected one, one) and accepting where argmax q == argmax p reproduces the
+    engine's counts exactly."""
+    n, text = 200, "the quick brown fox jumps over the"
+    greedy = GenerationParams(temperature=0.0, max_tokens=n, ignore_eos=True, draft_max=1)
+    with Engine.load(tiny_model_path, draft="none", n_ctx=512) as plain, \
+            Engine.load(tiny_model_path, draft=str(trained), n_ctx=512, draft_p_min=0.0) as spec:
+        result = spec.generate(text, greedy)
+        prompt = plain.tokenize(text)
+        tokens = prompt + result.tokens
+        p = plain.pass_logits(tokens, len(tokens))[:-1]
+    q, start, ids = HeadQ(str(tiny_model_path), str(trained), 1).rows(tokens)
+    first = len(prompt) - 1
+    right = [agreement(p[j : j + 1], q[j - start : j - start + 1], ids).top1 == 1.0
+             for j in range(first, first + n)]
+    drafted = accepted = m = 0
+    while m <= n - 2:
+        drafted += 1
+        accepted += right[m]
+        m += 2 if right[m] else 1
+    assert (result.stats.drafted, result.stats.accepted) == (drafted, accepted)
+    assert 0 < accepted < drafted
 
 
 class Interrupt(Exception):

@@ -148,7 +148,7 @@ def test_written_head_loads_and_drafts_losslessly(tmp_path: Path, tiny_model_pat
                       tiny_model_path, outtype)
     tokens = list(range(3, 20))
     features = _core.testing.layer_inputs(str(tiny_model_path), tokens, [2, 2, 1], False)
-    probe = _core.testing.eagle3_draft_logits(str(tiny_model_path), str(head), tokens, features, [])
+    probe = _core.eagle3_head_logits(str(tiny_model_path), str(head), tokens, features, [])
     assert probe["d2t"] == d2t
     greedy = GenerationParams(temperature=0.0, max_tokens=120, ignore_eos=True, draft_max=3)
     with Engine.load(tiny_model_path, draft="none", n_ctx=512) as plain, \

@@ -67,7 +67,7 @@ def torch_rows(head: Eagle3Head, target: Path, tokens: list[int], features: np.n
 @pytest.mark.parametrize("n", [24, 13])
 def test_torch_head_matches_the_core(setup, n: int) -> None:
     target, path, head, tokens, features = setup
-    core = _core.testing.eagle3_draft_logits(str(target), str(path), tokens[:n], features[:n],
+    core = _core.eagle3_head_logits(str(target), str(path), tokens[:n], features[:n],
                                              tokens[n:n + UNROLL], f32_cache=True)
     ours = torch_rows(head, target, tokens, features, n)
     assert core["logits"].shape == ours.shape == (n - 1 + UNROLL, 40)
@@ -81,7 +81,7 @@ def test_the_served_cache_agrees_too(setup) -> None:
     rounding only: the same argmax everywhere."""
     target, path, head, tokens, features = setup
     n = 24
-    core = _core.testing.eagle3_draft_logits(str(target), str(path), tokens[:n], features[:n],
+    core = _core.eagle3_head_logits(str(target), str(path), tokens[:n], features[:n],
                                              tokens[n:n + UNROLL], f32_cache=False)
     ours = torch_rows(head, target, tokens, features, n)
     assert np.abs(core["logits"] - ours).max() < 5e-2

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
 from localspec import _core
 from localspec.bench.report import Report, Row, summarize
-from localspec.bench.runner import run_comparison
+from localspec.bench.runner import PromptRun, run_comparison
 from localspec.commands.common import (
     ModelChoice,
     add_model_arguments,
@@ -26,6 +27,7 @@ from localspec.commands.common import (
     plan_choice,
     plan_summary,
 )
+from localspec.draft_agreement import Agreement, measure_agreement
 from localspec.errors import InvalidParameterError, VocabMismatchError
 from localspec.learned import restore_saved
 from localspec.loading import check_model_path
@@ -122,6 +124,35 @@ def render_measurement(report: Report, n_prompts: int, params: GenerationParams)
     return "\n".join(lines)
 
 
+def acceptance_by_position(runs: list[PromptRun]) -> list[float]:
+    """Share of the drafts made at each position of a step that were accepted (speculative arm)."""
+    drafted: list[int] = []
+    accepted: list[int] = []
+    for stats in (s for run in runs for s in run.speculative):
+        pairs = ((drafted, stats.drafted_by_position), (accepted, stats.accepted_by_position))
+        for counts, add in pairs:
+            counts.extend([0] * (len(add) - len(counts)))
+            for i, n in enumerate(add):
+                counts[i] += n
+    return [a / d if d else 0.0 for a, d in zip(accepted, drafted, strict=True)]
+
+
+def render_agreement(by_position: list[float], agreement: Agreement | None) -> str:
+    shown = ", ".join(f"{i + 1}: {a:.0%}" for i, a in enumerate(by_position[:8]))
+    shown = shown or "nothing drafted"
+    lines = [f"  acceptance by position {shown}"]
+    if agreement is not None:
+        measured = f"{by_position[0]:.1%}" if by_position else "n/a (nothing drafted)"
+        lines += [
+            f"  predicted, 1 - TV(p,q) {agreement.one_minus_tv:.1%} for a drafted token sampled "
+            f"from q; argmax agreement {agreement.top1:.1%} (greedy)",
+            f"  measured, position 1   {measured} (greedy)",
+            f"  logit cosine           {agreement.cosine:.3f} (a diagnostic, not the rule; "
+            f"{agreement.positions} positions)",
+        ]
+    return "\n".join(lines)
+
+
 def _measure(args: argparse.Namespace, choice: ModelChoice,
              params: GenerationParams) -> tuple[Report, int, str, dict[str, Any]]:
     categories = args.categories.split(",") if args.categories else None
@@ -135,10 +166,15 @@ def _measure(args: argparse.Namespace, choice: ModelChoice,
     with load_engine(args, choice, plan=plan) as engine:
         used_saved = args.saved_stats and restore_saved(engine)
         runs = run_comparison(engine, prompts, params, progress=progress)
-        heads = {"verify_head": engine.info.verify_head, "draft_head": engine.info.draft_head,
+        agreement = measure_agreement(engine, choice.drafter,
+                                      [(r.prompt_tokens, r.plain_tokens) for r in runs],
+                                      args.threads or os.cpu_count() or 1)
+        details = {"acceptance_by_position": acceptance_by_position(runs),
+                 "agreement": agreement.to_dict() if agreement else None,
+                 "verify_head": engine.info.verify_head, "draft_head": engine.info.draft_head,
                  "mode": "exact" if engine.info.exact else "default",
                  "saved_stats_used": used_saved}
-    return summarize(runs), len(prompts), plan_summary(plan), heads
+    return summarize(runs), len(prompts), plan_summary(plan), details
 
 
 def run(args: argparse.Namespace) -> int:
@@ -170,11 +206,11 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({**out, "measurement": None}, ensure_ascii=False))
         return 0
-    report, n_prompts, memory, heads = _measure(args, choice, params)
+    report, n_prompts, memory, details = _measure(args, choice, params)
     row = report.overall
     if args.json:
         out["memory"] = memory
-        out.update(heads)
+        out.update(details)
         out["measurement"] = {
             "n_prompts": n_prompts, "max_tokens": params.max_tokens,
             "draft_max": params.draft_max, "plain_tps": row.plain_tps,
@@ -188,12 +224,15 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out, ensure_ascii=False))
     else:
         print(f"Memory: {memory}")
-        draft = f" | draft head: {heads['draft_head']}" if heads["draft_head"] else ""
-        print(f"Mode: {heads['mode']}" + (" (batch-invariant passes: any difference from plain "
-                                          "output is a bug)" if heads["mode"] == "exact" else ""))
-        print(f"Target head: {heads['verify_head']}{draft}")
+        draft = f" | draft head: {details['draft_head']}" if details["draft_head"] else ""
+        print(f"Mode: {details['mode']}" + (" (batch-invariant passes: any difference from plain "
+                                          "output is a bug)" if details["mode"] == "exact" else ""))
+        print(f"Target head: {details['verify_head']}{draft}")
         print("Controller: " + ("started from the statistics saved by earlier runs"
-                                if heads["saved_stats_used"] else
+                                if details["saved_stats_used"] else
                                 "started from nothing (no saved statistics used)"))
         print(render_measurement(report, n_prompts, params))
+        agreement = details["agreement"]
+        print(render_agreement(details["acceptance_by_position"],
+                               Agreement(**agreement) if agreement else None))
     return 1 if row.identical == "NO" else 0
