@@ -158,3 +158,31 @@ def test_bench_and_check_say_which_mode_ran(wide_models: dict[str, Path],
     assert proc.returncode == 0, proc.stderr
     assert "Mode: exact (batch-invariant passes: any difference from plain output is a bug)" \
         in proc.stdout
+
+
+def test_bench_runs_both_modes_interleaved(wide_models: dict[str, Path],
+                                           prompt_file: Path) -> None:
+    """--modes default,exact: each mode in its own process, both reported, and exact / default
+    from repeats paired across the modes (what decides exact mode's default, docs/exact.md)."""
+    proc = cli("bench", "--target", str(wide_models["Q4_K_M"]), "--draft", "ngram",
+               "--max-tokens", "24", "--json", "--prompts", str(prompt_file), "--repeat", "2",
+               "--modes", "default,exact")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    default, exact = out["modes"]["default"], out["modes"]["exact"]
+    assert default["mode"] == "default" and "rows_differing" not in default
+    assert exact["mode"] == "exact" and exact["rows_differing"] == []
+    assert exact["verify_head"] == "localspec-exact" and exact["overall"]["identical"] == "yes"
+    for mode in (default, exact):
+        assert mode["overall"]["n_runs"] == 2 * len(mode["prompts"])
+    spec = out["exact_vs_default"]["speculative"]
+    expected = exact["overall"]["speculative_tps"] / default["overall"]["speculative_tps"]
+    assert spec["overall"] == pytest.approx(expected, rel=1e-6)
+    assert set(spec["categories"]) == {c["label"] for c in exact["categories"]}
+
+
+def test_bench_modes_refuses_what_it_cannot_combine(wide_models: dict[str, Path]) -> None:
+    proc = cli("bench", "--target", str(wide_models["Q4_K_M"]), "--modes", "default,exact",
+               "--exact")
+    assert proc.returncode == 2
+    assert "--modes default,exact runs its own engines: leave out --exact." in proc.stderr

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from localspec.engine import Engine
+from localspec.invariance import MAX_ROWS, differing_row_counts
 from localspec.lossless import Divergence, compare_greedy
 from localspec.prompts import Prompt
 from localspec.types import GenerationParams, GenerationStats
@@ -51,21 +53,25 @@ def run_comparison(
     *,
     repeat: int = 1,
     progress: Progress | None = None,
+    first_repeat: int = 0,
+    warm: bool = True,
 ) -> list[PromptRun]:
-    """Generate exactly `params.max_tokens` tokens per run (end-of-generation is ignored)."""
+    """Generate exactly `params.max_tokens` tokens per run (end-of-generation is ignored).
+    ``first_repeat``: the index of the first repeat (it sets the arms' rotation), for a caller
+    that runs one repeat at a time; ``warm``: run the warm-up first."""
     # Every run starts from an empty cache, so that each output can be replayed exactly.
     seed = params.seed if params.seed is not None else 0
     fixed = replace(params, ignore_eos=True, seed=seed, reuse_cache=False)
     plain = replace(fixed, speculative=False)
-    warm = replace(fixed, max_tokens=min(8, fixed.max_tokens))
-    if prompts:
-        engine.generate(prompts[0].text, replace(warm, speculative=False))
-        engine.generate(prompts[0].text, warm)
+    if prompts and warm:
+        short = replace(fixed, max_tokens=min(8, fixed.max_tokens))
+        engine.generate(prompts[0].text, replace(short, speculative=False))
+        engine.generate(prompts[0].text, short)
     runs: list[PromptRun] = []
     total, done = len(prompts) * repeat, 0
     for prompt in prompts:
         run = PromptRun(prompt, prompt_tokens=engine.tokenize(prompt.text))
-        for r in range(repeat):
+        for r in range(first_repeat, first_repeat + repeat):
             arms = [("plain", plain), ("speculative", fixed), ("plain_again", plain)]
             arms = arms[r % 3:] + arms[: r % 3]
             outputs = {}
@@ -74,7 +80,7 @@ def run_comparison(
                 getattr(run, name).append(result.stats)
                 outputs[name] = result
             plain_tokens, spec = outputs["plain"].tokens, outputs["speculative"]
-            if r == 0:
+            if r == first_repeat:
                 run.plain_tokens = list(plain_tokens)
             if params.temperature == 0 and plain_tokens != spec.tokens:
                 run.identical = False
@@ -87,3 +93,16 @@ def run_comparison(
                 progress(done, total)
         runs.append(run)
     return runs
+
+
+def engine_header(engine: Engine, runs: Sequence[PromptRun]) -> dict[str, Any]:
+    """Which heads computed the target's and the draft model's logits (README: output head),
+    the mode, and in exact mode whether passes of 1 .. 16 rows gave the first prompt's last
+    positions the bits of single-token passes (docs/exact.md)."""
+    out: dict[str, Any] = {"verify_head": engine.info.verify_head,
+                           "draft_head": engine.info.draft_head,
+                           "mode": "exact" if engine.info.exact else "default"}
+    tokens = runs[0].prompt_tokens + runs[0].plain_tokens if runs else []
+    if engine.info.exact and len(tokens) > MAX_ROWS:
+        out["rows_differing"] = differing_row_counts(engine, tokens)
+    return out

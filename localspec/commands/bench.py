@@ -23,7 +23,7 @@ from localspec.bench.ceiling import Ceiling, engine_lookup, measure_pass_costs, 
 from localspec.bench.output import check_outputs, results_path, write_results
 from localspec.bench.progress import LineProgress
 from localspec.bench.report import Report, summarize
-from localspec.bench.runner import PromptRun, run_comparison
+from localspec.bench.runner import PromptRun, engine_header, run_comparison
 from localspec.bench.synthetic_mode import (
     SyntheticSpec,
     TheoryRow,
@@ -38,13 +38,13 @@ from localspec.bench.table import (
     print_serving,
     print_theory,
 )
+from localspec.commands.bench_modes import MODE_CHOICES, check_modes, run_both
 from localspec.commands.common import add_model_arguments, choose_models, draft_max_arg, load_engine
 from localspec.commands.serve import DEFAULT_PARALLEL
 from localspec.convert import AUTO_DRAFT_MAX
 from localspec.drafter_spec import DrafterSpec
 from localspec.engine import Engine
 from localspec.errors import InvalidParameterError
-from localspec.invariance import MAX_ROWS, differing_row_counts
 from localspec.learned import restore_saved
 from localspec.loading import DEFAULT_N_CTX
 from localspec.prompts import Prompt, load_prompts
@@ -90,6 +90,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "needs localspec[plot]; the JSON results go next to it unless --out; "
                         "default: "
                         "none)")
+    parser.add_argument("--modes", choices=MODE_CHOICES, default=None,
+                        help="'default,exact' runs both modes interleaved, each in its own "
+                        "process, and reports exact / default (docs/exact.md) (default: the "
+                        "mode --exact picks)")
     parser.add_argument("--baseline", choices=BASELINES,
                         help="also run llama-cpp-python's plain and prompt-lookup generation "
                         "(default: none)")
@@ -220,6 +224,8 @@ def run(args: argparse.Namespace) -> int:
     params = GenerationParams(max_tokens=args.max_tokens, temperature=args.temperature,
                               draft_max=draft_max, seed=0)
     params.validate()
+    if check_modes(args):
+        return run_both(args, prompts, params)
     if args.clients:
         return _run_serving(args, prompts, params)
     if args.synthetic:
@@ -231,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
                              fast_head=not args.llama_head, kv_type=args.kv_type,
                              exact=args.exact, verbose=args.verbose) as engine:
                 measured = _measure(engine, prompts, params, args, engine.info.drafter_spec)
-                heads = _heads(engine, measured.runs)
+                heads = engine_header(engine, measured.runs)
             outcome = _outcome(args, str(target), measured, params)
         header: dict[str, Any] = {"target": "synthetic", "drafter": "synthetic",
                                   "synthetic": asdict(spec), "saved_stats_used": False}
@@ -240,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
         with load_engine(args, choice) as engine:
             used_saved = args.saved_stats and restore_saved(engine)
             measured = _measure(engine, prompts, params, args, choice.drafter)
-            heads = _heads(engine, measured.runs)
+            heads = engine_header(engine, measured.runs)
         outcome = _outcome(args, choice.target, measured, params)
         header = {"target": choice.target, "drafter": str(choice.drafter),
                   "saved_stats_used": used_saved}
@@ -271,19 +277,6 @@ def _run_serving(args: argparse.Namespace, prompts: list[Prompt], params: Genera
         return 0
     print_serving(rows, args.parallel, Console(width=120))
     return 0
-
-
-def _heads(engine: Engine, runs: list[PromptRun]) -> dict[str, Any]:
-    """Which heads computed the target's and the draft model's logits (README: output head),
-    the mode, and in exact mode whether passes of 1 .. 16 rows gave the first prompt's last
-    positions the bits of single-token passes (docs/exact.md)."""
-    out: dict[str, Any] = {"verify_head": engine.info.verify_head,
-                           "draft_head": engine.info.draft_head,
-                           "mode": "exact" if engine.info.exact else "default"}
-    tokens = runs[0].prompt_tokens + runs[0].plain_tokens if runs else []
-    if engine.info.exact and len(tokens) > MAX_ROWS:
-        out["rows_differing"] = differing_row_counts(engine, tokens)
-    return out
 
 
 def _invariance_note(header: dict[str, Any]) -> str:
