@@ -17,6 +17,7 @@ from localspec.engine import Engine
 from localspec.invariance import differing_row_counts
 from localspec.prompts import load_prompts
 from localspec.synthetic import TinyConfig, write_model, write_pair
+from localspec.synthetic_heads import HeadSpec, write_eagle3_head
 from localspec.types import GenerationParams
 
 # Realistic width: llama.cpp repacks Q4_K weights of this shape (its batched rows then differ).
@@ -103,6 +104,32 @@ def test_exact_seeded_sampling_equals_plain(exact_pair: dict[str, Engine]) -> No
     for prompt in load_prompts(limit_per_category=1)[:3]:
         plain = engine.generate(prompt.text, params, speculative=False).tokens
         assert engine.generate(prompt.text, params, draft_max=4).tokens == plain
+
+
+@pytest.mark.parametrize("spelling", ["eagle3:", ""])
+def test_exact_eagle3_head_equals_plain(wide_models: dict[str, Path], model_dir: Path,
+                                        spelling: str) -> None:
+    """An EAGLE-3 head on a quantized target in exact mode, chained with n-gram lookup or alone:
+    greedy and seeded sampling (greedy head drafts: a deterministic drafter) give plain
+    decoding's tokens exactly, with drafts accepted and rejected."""
+    head = write_eagle3_head(model_dir / "exact-e3.gguf", wide_models["Q4_K_M"],
+                             HeadSpec(n_embd=1024, n_head=8, n_head_kv=4, n_ff=256, draft_vocab=0,
+                                      target_layers=(1, 1, 1),
+                                      scale=0.3, seed=4))
+    with Engine.load(wide_models["Q4_K_M"], draft=f"{spelling}{head}", n_ctx=4096, n_threads=1,
+                     exact=True, draft_p_min=0.0, draft_sampling=False) as engine:
+        assert engine.info.exact
+        drafted = rejected = 0
+        for params in (GenerationParams(temperature=0.0, max_tokens=48, ignore_eos=True, seed=0),
+                       GenerationParams(temperature=0.8, max_tokens=48, ignore_eos=True, seed=7)):
+            for prompt in load_prompts(limit_per_category=1)[:3]:
+                plain = engine.generate(prompt.text, params, speculative=False).tokens
+                for k in ("auto", 3):
+                    result = engine.generate(prompt.text, params, draft_max=k)
+                    assert result.tokens == plain, (prompt.id, params.temperature, k)
+                    drafted += result.stats.drafted_by_kind["eagle3"]
+                    rejected += result.stats.rejected
+    assert drafted > 0 and rejected > 0
 
 
 def test_exact_after_a_model_ran_is_refused(wide_models: dict[str, Path]) -> None:
