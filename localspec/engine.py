@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -34,12 +34,24 @@ _DONE = object()
 _T = TypeVar("_T")
 
 
-class RequestHandle:
-    """One submitted generation: iterate for chunks, ``result()`` for the whole answer."""
+class HandleListener(Protocol):
+    """Takes a handle's events as they happen, on the engine thread, instead of its queue (the
+    server's bridge to asyncio: localspec.server.bridge). Must return at once."""
 
-    def __init__(self, prompt: str | Sequence[int], params: GenerationParams) -> None:
+    def on_chunk(self, chunk: Chunk) -> None: ...
+
+    def on_end(self, result: GenerationResult | None, error: BaseException | None) -> None: ...
+
+
+class RequestHandle:
+    """One submitted generation: iterate for chunks, ``result()`` for the whole answer (or give
+    ``submit`` a HandleListener, which then receives the chunks instead)."""
+
+    def __init__(self, prompt: str | Sequence[int], params: GenerationParams,
+                 listener: HandleListener | None = None) -> None:
         self.prompt = prompt
         self.params = params
+        self._listener = listener
         self._chunks: queue.Queue[Any] = queue.Queue()
         self._cancel = threading.Event()
         self._result: GenerationResult | None = None
@@ -74,13 +86,19 @@ class RequestHandle:
 
     # Called on the engine thread only.
     def _on_chunk(self, chunk: Chunk) -> bool:
-        self._chunks.put(chunk)
+        if self._listener is not None:
+            self._listener.on_chunk(chunk)
+        else:
+            self._chunks.put(chunk)
         return not self._cancel.is_set()
 
     def _finish(self, result: GenerationResult | None, error: BaseException | None) -> None:
         self._result, self._error = result, error
         self._finished.set()
-        self._chunks.put(_DONE)
+        if self._listener is not None:
+            self._listener.on_end(result, error)
+        else:
+            self._chunks.put(_DONE)
 
 
 class Engine:
@@ -141,14 +159,17 @@ class Engine:
     # ---- requests ---------------------------------------------------------------------------
 
     def submit(
-        self, prompt: str | Sequence[int], params: GenerationParams | None = None, **overrides: Any
+        self, prompt: str | Sequence[int], params: GenerationParams | None = None, *,
+        listener: HandleListener | None = None, **overrides: Any
     ) -> RequestHandle:
-        """Queue a generation. Raises QueueFullError when ``max_queue`` requests are waiting."""
+        """Queue a generation. Raises QueueFullError when ``max_queue`` requests are waiting.
+        ``listener``: receives the chunks and the end on the engine thread (else iterate the
+        handle)."""
         params = replace(params or GenerationParams(), **overrides)
         if isinstance(params.stop, list):
             params = replace(params, stop=tuple(params.stop))
         params.validate()
-        handle = RequestHandle(prompt, params)
+        handle = RequestHandle(prompt, params, listener)
         with self._lock:
             if self._closed:
                 raise EngineClosedError("The engine is closed; load a new one.")

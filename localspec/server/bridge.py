@@ -1,22 +1,22 @@
-"""Bridge a RequestHandle (a blocking iterator fed by the engine thread) to asyncio.
+"""Bridge a request's events, delivered on the engine thread, to asyncio.
 
-A small reader thread per request iterates the handle and hands each event to the event
-loop with ``call_soon_threadsafe``; the loop never blocks on the engine. ``on_finish`` runs
-on the reader thread with the final result, whether or not anyone is still listening, so
-metrics count cancelled generations too.
+The reader is the handle's listener (localspec.engine.HandleListener): the engine thread hands
+each chunk and the end to the event loop with ``call_soon_threadsafe``; the loop never blocks on
+the engine, and no thread waits per request. ``on_finish`` runs on the engine thread with the
+final result, whether or not anyone is still listening, so metrics count cancelled generations
+too.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from starlette.requests import Request
 
-from localspec.engine import RequestHandle
+from localspec.engine import HandleListener, RequestHandle
 from localspec.types import Chunk, GenerationResult
 
 DISCONNECT_POLL_SECONDS = 0.1
@@ -40,28 +40,26 @@ class Disconnected(Exception):
 
 
 class HandleReader:
-    """Read one handle's chunks on a thread; ``await next()`` yields them on the loop."""
+    """One request's events on the loop: ``start`` submits it with this reader as its
+    listener; ``await next()`` yields the chunks, then Finished or Failed."""
 
-    def __init__(
-        self,
-        handle: RequestHandle,
-        on_finish: Callable[[GenerationResult], None] | None = None,
-    ) -> None:
-        self.handle = handle
+    def __init__(self, on_finish: Callable[[GenerationResult], None] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._on_finish = on_finish
         self._next_check = 0.0
-        self._thread = threading.Thread(target=self._read, name="localspec-reader", daemon=True)
-        self._thread.start()
+        self.handle: RequestHandle | None = None
 
-    def _read(self) -> None:
-        try:
-            for chunk in self.handle:
-                self._deliver(chunk)
-            result = self.handle.result()
-        except BaseException as error:  # noqa: BLE001 - forwarded to the request's task
-            self._deliver(Failed(error))
+    def start(self, submit: Callable[[HandleListener], RequestHandle]) -> None:
+        self.handle = submit(self)
+
+    # Called on the engine thread.
+    def on_chunk(self, chunk: Chunk) -> None:
+        self._deliver(chunk)
+
+    def on_end(self, result: GenerationResult | None, error: BaseException | None) -> None:
+        if error is not None or result is None:
+            self._deliver(Failed(error or RuntimeError("the generation ended without a result")))
             return
         if self._on_finish is not None:
             self._on_finish(result)
@@ -71,7 +69,7 @@ class HandleReader:
         try:
             self._loop.call_soon_threadsafe(self._events.put_nowait, event)
         except RuntimeError:  # the loop is closed (server shut down): nobody is listening
-            self.handle.cancel()
+            self.cancel()
 
     async def next(self) -> Event:
         return await self._events.get()
@@ -83,7 +81,7 @@ class HandleReader:
             if now >= self._next_check:  # by the clock: chunks may arrive faster than the poll
                 self._next_check = now + DISCONNECT_POLL_SECONDS
                 if await request.is_disconnected():
-                    self.handle.cancel()
+                    self.cancel()
                     raise Disconnected()
             try:
                 return await asyncio.wait_for(self._events.get(), DISCONNECT_POLL_SECONDS)
@@ -93,8 +91,9 @@ class HandleReader:
     def interrupt(self, error: BaseException) -> None:
         """End the request now (on the loop): cancel the generation and hand ``error`` to the
         reader after the chunks already delivered; what the engine sends later is not read."""
-        self.handle.cancel()
+        self.cancel()
         self._events.put_nowait(Failed(error))
 
     def cancel(self) -> None:
-        self.handle.cancel()
+        if self.handle is not None:
+            self.handle.cancel()

@@ -71,8 +71,10 @@ class Run:
     def submit(self, engine: Engine, on_finish: Callable[[GenerationResult], None]) -> None:
         if self.ticket.stopped is not None:
             raise self.ticket.stopped
-        handle = engine.submit(self.call.prepared.tokens, self.call.prepared.params)
-        self.reader = HandleReader(handle, on_finish)
+        prepared = self.call.prepared
+        self.reader = HandleReader(on_finish)
+        self.reader.start(lambda listener: engine.submit(prepared.tokens, prepared.params,
+                                                         listener=listener))
         self.ticket.on_stop = self.reader.interrupt
         left = self._left()
         if left is not None:
