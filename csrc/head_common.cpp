@@ -1,5 +1,7 @@
 #include "head_common.h"
 
+#include "ggml.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <new>
@@ -57,7 +59,9 @@ void split_over_threads(int64_t n_items, int n_threads, const std::function<void
     for (std::thread& thread : threads) thread.join();
 }
 
-std::vector<std::string> head_kernel_names() {
+namespace {
+
+std::vector<std::string> find_kernel_names() {
     std::vector<std::string> out;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
@@ -68,5 +72,15 @@ std::vector<std::string> head_kernel_names() {
 #endif
     return out;
 }
+
+}  // namespace
+
+const std::vector<std::string>& head_kernel_names() {
+    static const std::vector<std::string> names = find_kernel_names();
+    return names;
+}
+
+float fp16_to_fp32(uint16_t h) { return ggml_fp16_to_fp32(h); }
+uint16_t fp32_to_fp16(float f) { return ggml_fp32_to_fp16(f); }
 
 }  // namespace localspec

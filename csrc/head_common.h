@@ -64,9 +64,31 @@ void run_groups(const Job& job, int64_t g0, int64_t g1) {
     }
 }
 
-// The x86 instruction sets both heads' kernels run on, fastest first: "avx512vnni" (AVX512-VNNI
-// with 256-bit vectors and 32 registers), "avxvnni", and "avx2" (the same integer products
-// from AVX2's byte multiply-adds, a few instructions each instead of one).
-std::vector<std::string> head_kernel_names();
+// The x86 instruction sets both heads' kernels run on that this CPU has, fastest first:
+// "avx512vnni" (AVX512-VNNI with 256-bit vectors and 32 registers), "avxvnni", and "avx2" (the
+// same integer products from AVX2's byte multiply-adds, a few instructions each instead of
+// one). The CPU is asked once per process.
+const std::vector<std::string>& head_kernel_names();
+
+// One head's kernel for each instruction set of head_kernel_names() (null where not compiled):
+// the one registry both heads choose from, once, when the head is made.
+template <typename Run>
+struct HeadKernels {
+    Run avx512vnni = nullptr, avxvnni = nullptr, avx2 = nullptr;
+
+    // The kernel called `name` ("": the fastest this CPU runs), or null when this CPU cannot
+    // run it.
+    Run pick(const std::string& name) const {
+        for (const std::string& n : head_kernel_names()) {
+            if (!name.empty() && n != name) continue;
+            return n == "avx512vnni" ? avx512vnni : n == "avxvnni" ? avxvnni : avx2;
+        }
+        return nullptr;
+    }
+};
+
+// fp16 <-> fp32 as ggml converts them (round to nearest even).
+float fp16_to_fp32(uint16_t h);
+uint16_t fp32_to_fp16(float f);
 
 }  // namespace localspec

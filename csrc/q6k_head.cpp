@@ -5,7 +5,8 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "q8_head.h"  // fp16_to_fp32
+#include "ggml-cpu.h"
+
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -29,7 +30,7 @@ void q6k_unpack(const Q6KBlock& block, uint8_t out[256]) {
     }
 }
 
-// ---- hidden states as Q8_K (ggml's quantize_row_q8_K_ref) ----------------------------------
+// ---- hidden states as Q8_K (ggml's quantize_row_q8_K) --------------------------------------
 
 namespace {
 
@@ -40,36 +41,35 @@ struct Q8KRows {
     std::vector<float> scale;  // [row][super]: d
 };
 
+// ggml's block_q8_K: 256 int8 values, their float scale d and (unused here) sums per 16.
+struct Q8KBlock {
+    float d;
+    int8_t qs[256];
+    int16_t bsums[16];
+};
+static_assert(sizeof(Q8KBlock) == 292, "block_q8_K is 292 bytes");
+
+// ggml's own quantize_row_q8_K (the one its Q6_K dot product uses), unpacked for the kernel.
 Q8KRows quantize_q8k(const float* hidden, int n_rows, int n_embd) {
     Q8KRows q;
     q.n_rows = n_rows;
     q.n_super = n_embd / 256;
     const size_t n_all = static_cast<size_t>(n_rows) * static_cast<size_t>(q.n_super);
+    std::vector<Q8KBlock> blocks(n_all);
+    ggml_get_type_traits_cpu(GGML_TYPE_Q8_K)->from_float(hidden, blocks.data(),
+                                                         static_cast<int64_t>(n_all) * 256);
     q.words.assign(n_all * 64, 0);
     q.offset.assign(n_all * 16, 0);
     q.scale.assign(n_all, 0.0f);
     for (size_t rs = 0; rs < n_all; ++rs) {
-        const float* x = hidden + rs * 256;
-        float max = 0.0f, amax = 0.0f;
-        for (int i = 0; i < 256; ++i) {
-            if (std::fabs(x[i]) > amax) {
-                amax = std::fabs(x[i]);
-                max = x[i];
-            }
-        }
-        if (amax == 0.0f) continue;  // d = 0, all values 0
-        const float iscale = -127.0f / max;
-        int8_t values[256];
-        for (int i = 0; i < 256; ++i) {
-            values[i] = static_cast<int8_t>(std::min(127, static_cast<int>(std::nearbyint(iscale * x[i]))));
-        }
-        std::memcpy(&q.words[rs * 64], values, 256);
-        for (int j = 0; j < 16; ++j) {
+        const Q8KBlock& block = blocks[rs];
+        std::memcpy(&q.words[rs * 64], block.qs, 256);
+        for (int j = 0; j < 16; ++j) {  // summed here: ggml leaves bsums unset for an all-zero block
             int sum = 0;
-            for (int i = 0; i < 16; ++i) sum += values[16 * j + i];
+            for (int i = 0; i < 16; ++i) sum += block.qs[16 * j + i];
             q.offset[rs * 16 + static_cast<size_t>(j)] = -32 * sum;
         }
-        q.scale[rs] = 1.0f / iscale;
+        q.scale[rs] = block.d;
     }
     return q;
 }
@@ -111,7 +111,14 @@ void q6k_head_reference(const Q6KBlock* rows, int64_t n_vocab, int n_embd, const
 // broadcast 4 bytes at a time, 4 multiply-adds started from -32 * sum(x) give the 8 rows'
 // sub-block sums; each is multiplied by its row's scale and the 16 add up to the super-block's.
 
+namespace {
+struct Job;
+using Run = void (*)(const Job&, int64_t, int64_t);  // a kernel: vocabulary groups g0 .. g1
+HeadKernels<Run> kernels();
+}  // namespace
+
 struct Q6KHead::Packed {
+    Run run = nullptr;  // the fastest kernel this CPU runs, chosen when the head is made
     int64_t n_groups = 0;
     int n_super = 0;
     std::unique_ptr<HugePageBuffer> weights;  // [group][super][j][k][lane][4]
@@ -128,6 +135,7 @@ Q6KHead::Q6KHead(const Q6KBlock* rows, int64_t n_vocab, int n_embd)
     : packed_(std::make_unique<Packed>()), n_vocab_(n_vocab), n_embd_(n_embd) {
     if (n_embd <= 0 || n_embd % 256 != 0) throw std::invalid_argument("Q6_K rows hold whole super-blocks");
     Packed& p = *packed_;
+    p.run = kernels().pick("");
     p.n_groups = (n_vocab + 7) / 8;
     p.n_super = n_embd / 256;
     const size_t n_group_supers = static_cast<size_t>(p.n_groups) * static_cast<size_t>(p.n_super);
@@ -234,22 +242,16 @@ LOCALSPEC_Q6K_TILE(tile_avx512vnni, "avx2,fma,f16c,avx512vl,avx512vnni", _mm256_
 #undef LOCALSPEC_UNROLL
 
 // Tiles of up to 8 hidden rows with AVX-512's 32 vector registers, 4 with AVX2's 16.
-using Run = void (*)(const Job&, int64_t, int64_t);
-
-Run find_kernel(const std::string& name) {
-    if (name == "avx512vnni") {
-        return run_groups<Job, tile_avx512vnni<1>, tile_avx512vnni<2>, tile_avx512vnni<3>, tile_avx512vnni<4>,
-                          tile_avx512vnni<5>, tile_avx512vnni<6>, tile_avx512vnni<7>, tile_avx512vnni<8>>;
-    }
-    if (name == "avxvnni") return run_groups<Job, tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>>;
-    if (name == "avx2") return run_groups<Job, tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>>;
-    return nullptr;
+HeadKernels<Run> kernels() {
+    return {run_groups<Job, tile_avx512vnni<1>, tile_avx512vnni<2>, tile_avx512vnni<3>, tile_avx512vnni<4>,
+                       tile_avx512vnni<5>, tile_avx512vnni<6>, tile_avx512vnni<7>, tile_avx512vnni<8>>,
+            run_groups<Job, tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>>,
+            run_groups<Job, tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>>};
 }
 
 #else
 
-using Run = void (*)(const Job&, int64_t, int64_t);
-Run find_kernel(const std::string&) { return nullptr; }
+HeadKernels<Run> kernels() { return {}; }
 
 #endif
 
@@ -258,9 +260,7 @@ Run find_kernel(const std::string&) { return nullptr; }
 std::vector<std::string> Q6KHead::kernel_names() { return head_kernel_names(); }
 
 void Q6KHead::compute(const float* hidden, int n_rows, float* logits, int n_threads, const std::string& kernel) const {
-    const std::vector<std::string> names = kernel_names();
-    const bool known = kernel.empty() ? !names.empty() : std::find(names.begin(), names.end(), kernel) != names.end();
-    const Run run = known ? find_kernel(kernel.empty() ? names.front() : kernel) : nullptr;
+    const Run run = kernel.empty() ? packed_->run : kernels().pick(kernel);
     if (!run) throw std::invalid_argument("this CPU cannot run the Q6_K head kernel '" + kernel + "'");
     const Q8KRows q = quantize_q8k(hidden, n_rows, n_embd_);
     const Packed& p = *packed_;

@@ -7,53 +7,14 @@
 #include <stdexcept>
 #include <string>
 
+#include "ggml-cpu.h"
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define LOCALSPEC_X86 1
 #endif
 
 namespace localspec {
-
-// ---- fp16 ----------------------------------------------------------------------------------
-
-float fp16_to_fp32(uint16_t h) {
-    const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-    const uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-    float value;
-    if (exp == 0) {
-        value = std::ldexp(static_cast<float>(mant), -24);  // zero or subnormal
-    } else if (exp == 31) {
-        value = mant ? NAN : INFINITY;
-    } else {
-        value = std::ldexp(static_cast<float>(mant | 0x400), static_cast<int>(exp) - 25);
-    }
-    uint32_t bits;
-    std::memcpy(&bits, &value, 4);
-    bits |= sign;
-    std::memcpy(&value, &bits, 4);
-    return value;
-}
-
-uint16_t fp32_to_fp16(float f) {
-    uint32_t x;
-    std::memcpy(&x, &f, 4);
-    const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
-    const uint32_t ax = x & 0x7fffffff;
-    if (ax >= 0x7f800000) return sign | (ax > 0x7f800000 ? 0x7e00 : 0x7c00);  // NaN, inf
-    if (ax >= 0x477ff000) return sign | 0x7c00;  // rounds past the largest half
-    auto round_even = [](uint32_t value, int shift) {
-        uint32_t r = value >> shift;
-        const uint32_t rem = value & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (r & 1))) ++r;
-        return r;
-    };
-    if (ax < 0x38800000) {  // a subnormal half (or zero)
-        if (ax < 0x33000000) return sign;
-        const uint32_t mant = (ax & 0x7fffff) | 0x800000;
-        return sign | static_cast<uint16_t>(round_even(mant, 126 - static_cast<int>(ax >> 23)));
-    }
-    return sign | static_cast<uint16_t>(round_even(ax - 0x38000000, 13));
-}
 
 // ---- hidden states as Q8_0 (ggml's quantize_row_q8_0) ---------------------------------------
 
@@ -66,28 +27,24 @@ struct QuantizedRows {
     std::vector<float> scale;  // [row][block]: d as stored (fp16) and read back
 };
 
+// ggml's own quantize_row_q8_0 (the one its Q8_0 dot products use), unpacked for the kernel.
 QuantizedRows quantize_rows(const float* hidden, int n_rows, int n_embd) {
     QuantizedRows q;
     q.n_rows = n_rows;
     q.n_blocks = n_embd / 32;
     const size_t n_all = static_cast<size_t>(n_rows) * static_cast<size_t>(q.n_blocks);
+    std::vector<Q8Block> blocks(n_all);
+    ggml_get_type_traits_cpu(GGML_TYPE_Q8_0)->from_float(hidden, blocks.data(),
+                                                         static_cast<int64_t>(n_all) * 32);
     q.words.resize(n_all * 8);
     q.offset.resize(n_all);
     q.scale.resize(n_all);
     for (size_t rb = 0; rb < n_all; ++rb) {
-        const float* x = hidden + rb * 32;
-        float amax = 0.0f;
-        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
-        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        q.scale[rb] = fp16_to_fp32(fp32_to_fp16(amax / 127.0f));
-        int8_t values[32];
         int sum = 0;
-        for (int i = 0; i < 32; ++i) {
-            values[i] = static_cast<int8_t>(std::nearbyint(x[i] * id));
-            sum += values[i];
-        }
-        std::memcpy(&q.words[rb * 8], values, 32);
+        for (int8_t v : blocks[rb].qs) sum += v;
+        std::memcpy(&q.words[rb * 8], blocks[rb].qs, 32);
         q.offset[rb] = -128 * sum;
+        q.scale[rb] = fp16_to_fp32(blocks[rb].d);
     }
     return q;
 }
@@ -122,7 +79,14 @@ void q8_head_reference(const Q8Block* rows, int64_t n_vocab, int n_embd, const f
 // So with x broadcast 4 bytes at a time, 8 multiply-adds give the 8 rows' block sums
 // isum + 128 * sum(x), and `offset` (-128 * sum(x)) removes the excess.
 
+namespace {
+struct Job;
+using Run = void (*)(const Job&, int64_t, int64_t);  // a kernel: vocabulary groups g0 .. g1
+HeadKernels<Run> kernels();
+}  // namespace
+
 struct Q8Head::Packed {
+    Run run = nullptr;  // the fastest kernel this CPU runs, chosen when the head is made
     int64_t n_groups = 0;
     int n_blocks = 0;
     std::unique_ptr<HugePageBuffer> weights;  // [group][block][k][lane][4]
@@ -138,6 +102,7 @@ Q8Head::Q8Head(const Q8Block* rows, int64_t n_vocab, int n_embd)
     : packed_(std::make_unique<Packed>()), n_vocab_(n_vocab), n_embd_(n_embd) {
     if (n_embd <= 0 || n_embd % 32 != 0) throw std::invalid_argument("Q8_0 rows hold whole blocks");
     Packed& p = *packed_;
+    p.run = kernels().pick("");
     p.n_groups = (n_vocab + 7) / 8;
     p.n_blocks = n_embd / 32;
     const size_t n_group_blocks = static_cast<size_t>(p.n_groups) * static_cast<size_t>(p.n_blocks);
@@ -254,60 +219,28 @@ LOCALSPEC_Q8_TILE(tile_avx2, "avx2,fma,f16c", dot_signed_avx2, LOCALSPEC_AVX2_WE
 // Tiles of up to 8 hidden rows with AVX-512's 32 vector registers (8 weight vectors and one
 // accumulator per row), 4 with AVX2's 16: each group's weights are read once for a whole
 // typical verification batch.
-struct Kernel {
-    const char* name;
-    void (*run)(const Job&, int64_t, int64_t);
-};
-
-std::vector<Kernel> find_kernels() {
-    std::vector<Kernel> out;
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("f16c") || !__builtin_cpu_supports("fma")) return out;
-    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl")) {
-        out.push_back({"avx512vnni", run_groups<Job, tile_avx512vnni<1>, tile_avx512vnni<2>, tile_avx512vnni<3>,
-                                                tile_avx512vnni<4>, tile_avx512vnni<5>, tile_avx512vnni<6>,
-                                                tile_avx512vnni<7>, tile_avx512vnni<8>>});
-    }
-    if (__builtin_cpu_supports("avxvnni")) {
-        out.push_back({"avxvnni", run_groups<Job, tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>>});
-    }
-    if (__builtin_cpu_supports("avx2")) {
-        out.push_back({"avx2", run_groups<Job, tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>>});
-    }
-    return out;
+HeadKernels<Run> kernels() {
+    return {run_groups<Job, tile_avx512vnni<1>, tile_avx512vnni<2>, tile_avx512vnni<3>, tile_avx512vnni<4>,
+                       tile_avx512vnni<5>, tile_avx512vnni<6>, tile_avx512vnni<7>, tile_avx512vnni<8>>,
+            run_groups<Job, tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>>,
+            run_groups<Job, tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>>};
 }
 
 #else
 
-struct Kernel {
-    const char* name;
-    void (*run)(const Job&, int64_t, int64_t);
-};
-std::vector<Kernel> find_kernels() { return {}; }
+HeadKernels<Run> kernels() { return {}; }
 
 #endif
 
-const std::vector<Kernel>& kernels() {  // fastest first
-    static const std::vector<Kernel> found = find_kernels();
-    return found;
-}
-
 }  // namespace
 
-bool Q8Head::cpu_supported() { return !kernels().empty(); }
+bool Q8Head::cpu_supported() { return kernels().pick("") != nullptr; }
 
-std::vector<std::string> Q8Head::kernel_names() {
-    std::vector<std::string> out;
-    for (const Kernel& k : kernels()) out.emplace_back(k.name);
-    return out;
-}
+std::vector<std::string> Q8Head::kernel_names() { return head_kernel_names(); }
 
 void Q8Head::compute(const float* hidden, int n_rows, float* logits, int n_threads, const std::string& kernel) const {
-    const auto& found = kernels();
-    const auto chosen = std::find_if(found.begin(), found.end(),
-                                     [&](const Kernel& k) { return kernel.empty() || kernel == k.name; });
-    if (chosen == found.end()) throw std::invalid_argument("this CPU cannot run the Q8_0 head kernel '" + kernel + "'");
-    const auto run = chosen->run;
+    const Run run = kernel.empty() ? packed_->run : kernels().pick(kernel);
+    if (!run) throw std::invalid_argument("this CPU cannot run the Q8_0 head kernel '" + kernel + "'");
     const QuantizedRows q = quantize_rows(hidden, n_rows, n_embd_);
     const Job job{packed_->weights->data(), packed_->scales.data(), packed_->n_blocks, &q, n_vocab_, logits};
     split_over_threads(packed_->n_groups, n_threads, [&](int64_t g0, int64_t g1) { run(job, g0, g1); });

@@ -30,14 +30,11 @@ struct Q8Block {
 };
 static_assert(sizeof(Q8Block) == 34, "block_q8_0 is 34 bytes");
 
-float fp16_to_fp32(uint16_t h);
-uint16_t fp32_to_fp16(float f);  // round to nearest even, as F16C does
-
 class Q8Head : public OutputHead {
 public:
-    // The instructions the kernel needs (x86-64 with AVX-VNNI or AVX512-VNNI).
+    // Whether this CPU runs one of the kernels (x86-64 with AVX2, AVX-VNNI or AVX512-VNNI).
     static bool cpu_supported();
-    // The kernels this CPU can run, fastest first ("avx512vnni", "avxvnni").
+    // The kernels this CPU can run, fastest first (head_kernel_names()).
     static std::vector<std::string> kernel_names();
     // Memory of the repacked copy for a head of this shape.
     static uint64_t packed_bytes(int64_t n_vocab, int n_embd);
