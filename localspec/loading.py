@@ -87,19 +87,21 @@ _LOAD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def parallel_in_effect(options: LoadOptions) -> tuple[int, str]:
-    """(generations per pass, a notice when fewer than asked). Sharing passes needs a drafter
-    that runs no model (each generation would need its own draft context) and, in exact mode,
-    a KV stream per generation (not built yet: a shared cache changes attention's low bits)."""
-    if options.parallel == 1:
+def parallel_in_effect(parallel: int, draft: DrafterSpec, exact: bool) -> tuple[int, str]:
+    """(generations per pass, a notice when fewer than asked) for LoadOptions' ``parallel``,
+    ``draft`` and ``exact``. Sharing passes needs a drafter that runs no model (each generation
+    would need its own draft context) and, in exact mode, a KV stream per generation (not built
+    yet: a shared cache changes attention's low bits). The memory plan counts this many
+    sequences' KV cache."""
+    if parallel == 1:
         return 1, ""
-    if options.draft.uses_model:
+    if draft.uses_model:
         why = "a draft model or head drafts for one generation at a time"
-    elif options.exact:
+    elif exact:
         why = "exact mode keeps each generation's passes to itself"
     else:
-        return options.parallel, ""
-    return 1, f"serving one generation at a time (not {options.parallel}): {why}."
+        return parallel, ""
+    return 1, f"serving one generation at a time (not {parallel}): {why}."
 
 
 def load_rule_violation(name: str, value: object) -> str | None:
@@ -198,7 +200,8 @@ def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:
     core_options.kv_type = options.kv_type
     core_options.exact = options.exact
     core_options.verbose = options.verbose
-    core_options.n_seq, parallel_notice = parallel_in_effect(options)
+    core_options.n_seq, parallel_notice = parallel_in_effect(options.parallel, options.draft,
+                                                             options.exact)
     core = _core.Core(core_options)
     try:
         drafter, notice = speculation_drafter(core, options)

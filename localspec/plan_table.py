@@ -47,7 +47,8 @@ def render_plan(plan: Plan) -> str:
         ("layers on device", lambda p: f"{p.layers_on_device}/{p.n_layer}"
          + (" + output" if p.output_on_device else "")),
         ("n_gpu_layers", lambda p: str(p.n_gpu_layers)),
-        ("context (tokens)", lambda p: str(p.n_ctx)),
+        ("context (tokens)",
+         lambda p: str(p.n_ctx) + (f" x {p.n_seq} seqs" if p.n_seq > 1 else "")),
         ("weights on device", lambda p: format_bytes(p.weights_device)),
         (f"KV cache ({plan.kv_type}) on device", lambda p: format_bytes(p.kv_device)),
         ("compute buffers", lambda p: format_bytes(p.compute)),

@@ -161,6 +161,7 @@ class Placement:
     head_copy_device: int = 0  # localspec's output head copy (ModelMemory.head_copy_bytes)
     head_copy_host: int = 0
     is_head: bool = False  # an EAGLE-3 head rather than a draft model
+    n_seq: int = 1  # sequences with n_ctx cells each in the KV cache (batched serving)
 
     @property
     def device_bytes(self) -> int:
@@ -210,19 +211,21 @@ class Plan:
 
 
 def place_model(model: ModelMemory, n_ctx: int, kv_type: str, on_device: int, *,
-                cpu: bool = False, n_ubatch: int = DEFAULT_UBATCH) -> Placement:
+                cpu: bool = False, n_ubatch: int = DEFAULT_UBATCH, n_seq: int = 1) -> Placement:
     """Placement with the last ``on_device`` layers (n_layer + 1: and the output) on device.
 
     On a CPU everything counts as "on the device" (RAM) and the tied head is not duplicated.
-    A model whose head stays in host memory also gets localspec's output head copy.
+    A model whose head stays in host memory also gets localspec's output head copy. The KV
+    cache holds ``n_seq`` sequences of ``n_ctx`` cells (one cache shared by batched serving).
     """
     n = model.n_layer
-    kv_all = model.kv_bytes(range(n), n_ctx, kv_type)
+    cells = n_ctx * n_seq
+    kv_all = model.kv_bytes(range(n), cells, kv_type)
     head_copy = model.head_copy_bytes
     if cpu:
         return Placement(model.name, model.path, n, n, True, 0, n_ctx, model.file_weight_bytes, 0,
                          kv_all, 0, model.compute_bytes(True, n_ubatch), model.file_bytes,
-                         head_copy_device=head_copy, is_head=model.is_head)
+                         head_copy_device=head_copy, is_head=model.is_head, n_seq=n_seq)
     k = min(on_device, n)
     output_dev = on_device > n
     output_once = model.output_bytes - model.tied_bytes
@@ -230,27 +233,29 @@ def place_model(model: ModelMemory, n_ctx: int, kv_type: str, on_device: int, *,
     weights_host = sum(model.layer_bytes[: n - k]) + model.input_bytes + (
         0 if output_dev else output_once
     )
-    kv_dev = model.kv_bytes(range(n - k, n), n_ctx, kv_type)
+    kv_dev = model.kv_bytes(range(n - k, n), cells, kv_type)
     compute = model.compute_bytes(output_dev, n_ubatch)
     return Placement(model.name, model.path, n, k, output_dev, on_device, n_ctx, weights_dev,
                      weights_host, kv_dev, kv_all - kv_dev, compute, model.file_bytes,
-                     head_copy_host=0 if output_dev else head_copy, is_head=model.is_head)
+                     head_copy_host=0 if output_dev else head_copy, is_head=model.is_head,
+                     n_seq=n_seq)
 
 
 def _best_target(target: ModelMemory, n_ctx: int, kv_type: str, room: int,
-                 n_ubatch: int) -> Placement:
+                 n_ubatch: int, n_seq: int = 1) -> Placement:
     """The target placement with the most layers on device that still fits in ``room``."""
-    full = place_model(target, n_ctx, kv_type, target.n_layer + 1, n_ubatch=n_ubatch)
+    full = place_model(target, n_ctx, kv_type, target.n_layer + 1, n_ubatch=n_ubatch, n_seq=n_seq)
     if full.device_bytes <= room:
         return full
     lo, hi = 0, target.n_layer  # largest k with device_bytes(k) <= room (monotone in k)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if place_model(target, n_ctx, kv_type, mid, n_ubatch=n_ubatch).device_bytes <= room:
+        placed = place_model(target, n_ctx, kv_type, mid, n_ubatch=n_ubatch, n_seq=n_seq)
+        if placed.device_bytes <= room:
             lo = mid
         else:
             hi = mid - 1
-    return place_model(target, n_ctx, kv_type, lo, n_ubatch=n_ubatch)
+    return place_model(target, n_ctx, kv_type, lo, n_ubatch=n_ubatch, n_seq=n_seq)
 
 
 def _context_warnings(models: list[tuple[str, ModelMemory, int]]) -> list[str]:
@@ -303,8 +308,10 @@ def plan_pair(
     reserve_bytes: int | None = None,
     n_ubatch: int = DEFAULT_UBATCH,
     host_free_bytes: int | None = None,
+    n_seq: int = 1,
 ) -> Plan:
-    """Decide where both models go (pure: no I/O). ``draft=None`` for n-gram / no drafter."""
+    """Decide where both models go (pure: no I/O). ``draft=None`` for n-gram / no drafter.
+    ``n_seq``: sequences sharing the target's KV cache (batched serving), n_ctx cells each."""
     kv_type = _check_params(kv_type, n_ctx, draft_n_ctx)
     d_ctx = draft_n_ctx or n_ctx
     reserve = default_reserve(device) if reserve_bytes is None else reserve_bytes
@@ -316,7 +323,8 @@ def plan_pair(
     def plan(t: Placement, d: Placement | None, fits: bool, reason: str | None = None) -> Plan:
         return Plan(device, kv_type, t, d, reserve, fits, reason, tuple(warnings))
 
-    t_full = place_model(target, n_ctx, kv_type, target.n_layer + 1, cpu=cpu, n_ubatch=n_ubatch)
+    t_full = place_model(target, n_ctx, kv_type, target.n_layer + 1, cpu=cpu, n_ubatch=n_ubatch,
+                         n_seq=n_seq)
     d_ubatch = HEAD_UBATCH if draft and draft.is_head else n_ubatch
     d_place = (place_model(draft, d_ctx, kv_type, draft.n_layer + 1, cpu=cpu, n_ubatch=d_ubatch)
                if draft else None)
@@ -329,7 +337,7 @@ def plan_pair(
                   "context with --ctx.")
     if reason is not None or cpu:
         return plan(t_full, d_place, reason is None, reason)
-    t_place = _best_target(target, n_ctx, kv_type, room - d_need, n_ubatch)
+    t_place = _best_target(target, n_ctx, kv_type, room - d_need, n_ubatch, n_seq)
     if t_place.layers_on_device == 0 and d_place is None:
         return plan(t_place, None, False,
                     f"Not even one target layer fits in {format_bytes(room)} of usable "
@@ -378,6 +386,7 @@ def plan_from_files(
     device: Device | None = None,
     draft_n_ctx: int | None = None,
     fast_head: bool = True,
+    n_seq: int = 1,
 ) -> Plan:
     """Plan a pair straight from GGUF files. ``device=None``: the CPU with ``budget_bytes``
     (default: available RAM); with a device, ``budget_bytes`` caps its free memory."""
@@ -389,4 +398,4 @@ def plan_from_files(
     draft = model_memory(draft_path, fast_head=fast_head) if draft_path is not None else None
     host = system_memory_available() if device.kind == "gpu" else None
     return plan_pair(target, draft, device, n_ctx, kv_type, draft_n_ctx=draft_n_ctx,
-                     host_free_bytes=host)
+                     host_free_bytes=host, n_seq=n_seq)

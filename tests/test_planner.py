@@ -29,6 +29,7 @@ from localspec.planner import (
     plan_from_files,
     plan_pair,
 )
+from tests.helpers import run_localspec
 from tests.test_gguf_reader import write_gguf
 
 
@@ -418,3 +419,33 @@ def test_an_eagle3_head_has_its_own_column(tmp_path: Path, tiny_model_path: Path
                  "--budget", "8GiB"]) == 0
     out = capsys.readouterr().out
     assert "EAGLE-3 head" in out and "tiny-eagle3-head" in out
+
+
+def test_parallel_generations_multiply_the_target_kv() -> None:
+    """Batched serving keeps n_seq contexts in one KV cache: the plan counts all of them, so a
+    pair that fits for one generation may not fit for eight."""
+    one = plan_pair(TARGET, None, gpu(24), n_ctx=8192)
+    four = plan_pair(TARGET, None, gpu(24), n_ctx=8192, n_seq=4)
+    assert four.target.kv_device == 4 * one.target.kv_device and four.target.n_seq == 4
+    assert four.target.weights_device == one.target.weights_device
+    cpu = Device("CPU", 6 * GiB, "cpu")
+    assert plan_pair(TARGET, None, cpu, n_ctx=8192).fits
+    assert not plan_pair(TARGET, None, cpu, n_ctx=8192, n_seq=8).fits
+
+
+def test_plan_parallel_counts_what_the_engine_will_share(tiny_model_path: Path,
+                                                         tiny_draft_path: Path) -> None:
+    """`plan --parallel N` (as `serve --parallel N`) shows N contexts for the n-gram drafter
+    and one for a draft model, which serves one generation at a time."""
+    def plan(draft: str, *extra: str) -> dict:
+        proc = run_localspec("plan", "--target", str(tiny_model_path), "--draft", draft,
+                             "--json", *extra)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    alone, four = plan("ngram"), plan("ngram", "--parallel", "4")
+    assert four["target"]["n_seq"] == 4
+    assert four["target"]["kv_device"] == 4 * alone["target"]["kv_device"]
+    assert plan(str(tiny_draft_path), "--parallel", "4")["target"]["n_seq"] == 1
+    proc = run_localspec("plan", "--target", str(tiny_model_path), "--parallel", "0")
+    assert proc.returncode == 2 and "--parallel 0 is invalid: use 1 to 64." in proc.stderr

@@ -16,7 +16,7 @@ from typing import Any
 from localspec.drafter_spec import DrafterSpec
 from localspec.engine import Engine
 from localspec.errors import InvalidParameterError, ModelLoadError
-from localspec.loading import DEFAULT_N_CTX, LoadOptions
+from localspec.loading import DEFAULT_N_CTX, LoadOptions, parallel_in_effect
 from localspec.model_kind import ModelKind
 from localspec.plan_table import parse_size
 from localspec.plan_table import plan_summary as plan_summary  # re-exported for the chat UI
@@ -158,20 +158,28 @@ def plan_for(
     *,
     fast_head: bool = True,
     kv_type: str = LoadOptions.kv_type,
+    parallel: int = LoadOptions.parallel,
+    exact: bool = LoadOptions.exact,
 ) -> Plan:
     """The memory plan for a target and a drafter (a DrafterSpec or its spelling); ``budget``
     is bytes or a size such as "8GiB" (default: the GPU's free memory, else available RAM).
-    Reads the GGUF headers only; raises a LocalspecError for a missing or broken file."""
-    draft = DrafterSpec.parse(drafter).path
+    The target's KV cache holds the generations that will share its passes (``parallel`` where
+    it applies). Reads the GGUF headers only; raises a LocalspecError for a missing or broken
+    file."""
+    spec = DrafterSpec.parse(drafter)
     budget_bytes = parse_size(budget) if isinstance(budget, str) else budget
-    return plan_from_files(target, draft, n_ctx, budget_bytes, kv_type, fast_head=fast_head)
+    n_seq, _ = parallel_in_effect(parallel, spec, exact)
+    return plan_from_files(target, spec.path, n_ctx, budget_bytes, kv_type, fast_head=fast_head,
+                           n_seq=n_seq)
 
 
-def plan_choice(args: argparse.Namespace, choice: ModelChoice) -> Plan:
-    """``plan_for`` with the choice's models and context and the command's ``--budget``,
-    ``--llama-head`` and ``--kv-type``."""
+def plan_choice(args: argparse.Namespace, choice: ModelChoice,
+                parallel: int = LoadOptions.parallel) -> Plan:
+    """``plan_for`` with the choice's models and context, the command's ``--budget``,
+    ``--llama-head``, ``--kv-type`` and ``--exact``, and ``parallel`` generations (serve)."""
     return plan_for(choice.target, choice.drafter, choice.n_ctx, args.budget,
-                    fast_head=not args.llama_head, kv_type=args.kv_type)
+                    fast_head=not args.llama_head, kv_type=args.kv_type, parallel=parallel,
+                    exact=getattr(args, "exact", LoadOptions.exact))
 
 
 def load_options(args: argparse.Namespace, choice: ModelChoice, plan: Plan,
@@ -200,7 +208,8 @@ def load_engine(
 ) -> Engine:
     """Plan, then load (``load_options``; nothing is loaded when the pair does not fit).
     ``plan``: one already made by ``plan_choice``; ``overrides``: other LoadOptions fields."""
-    options = load_options(args, choice, plan or plan_choice(args, choice), **overrides)
+    plan = plan or plan_choice(args, choice, overrides.get("parallel", LoadOptions.parallel))
+    options = load_options(args, choice, plan, **overrides)
     engine = Engine(options)
     if engine.info.notice:
         print(f"localspec: {engine.info.notice}", file=sys.stderr)

@@ -8,7 +8,7 @@ from typing import Any
 
 from localspec.commands.common import add_model_arguments, pair_name
 from localspec.errors import InvalidParameterError
-from localspec.loading import DEFAULT_N_CTX
+from localspec.loading import DEFAULT_N_CTX, LoadOptions, load_rule_violation, parallel_in_effect
 from localspec.planner import (
     Device,
     Plan,
@@ -32,6 +32,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"),
                         help="plan for the CPU (RAM), a GPU of --budget bytes, or auto: the "
                         "first GPU ggml reports, else the CPU (default: auto)")
+    parser.add_argument("--parallel", type=int, default=LoadOptions.parallel, metavar="N",
+                        help="generations sharing the target's passes, as `serve --parallel N`: "
+                        "the KV cache holds N contexts (default: %(default)s)")
     parser.add_argument("--json", action="store_true",
                         help="print the plan as JSON (default: a table)")
     parser.set_defaults(func=handler)
@@ -48,6 +51,13 @@ def _device(kind: str, budget: int | None) -> Device:
     return default_device(budget)  # auto: the first GPU ggml reports, else the CPU
 
 
+def _checked_parallel(parallel: int) -> int:
+    rule = load_rule_violation("parallel", parallel)
+    if rule:
+        raise InvalidParameterError(f"--parallel {parallel} is invalid: {rule}.")
+    return parallel
+
+
 def make_plan(args: argparse.Namespace) -> tuple[str, Plan]:
     """Resolve the pair/models (no downloads) and run the planner; returns (label, plan)."""
     registry = load_registry()
@@ -59,8 +69,9 @@ def make_plan(args: argparse.Namespace) -> tuple[str, Plan]:
     device = _device(args.device, parse_size(args.budget) if args.budget else None)
     target_path = registry.resolve_model(target, download=False)
     draft = registry.resolve_drafter(drafter, download=False)
+    n_seq, _ = parallel_in_effect(_checked_parallel(args.parallel), draft, exact=False)
     plan = plan_from_files(target_path, draft.path, n_ctx, None, args.kv_type, device=device,
-                           fast_head=not args.llama_head)
+                           fast_head=not args.llama_head, n_seq=n_seq)
     label = pair.name if pair and not (args.target or args.draft) else f"{target} + {drafter}"
     return label, plan
 

@@ -62,7 +62,8 @@ REJECT_REASONS = (
 
 
 class ServerMetrics:
-    """All counters of one app. Thread-safe: generations and passes are recorded on the engine thread."""
+    """All counters of one app. Thread-safe: generations and passes are recorded on the
+    engine thread."""
 
     def __init__(self, queue_depth: Callable[[], int]) -> None:
         self._totals = _Totals()
