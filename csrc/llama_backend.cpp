@@ -372,7 +372,10 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
     params.n_batch = static_cast<uint32_t>(std::min(options.n_batch, options.n_ctx));
     params.n_ubatch = std::min<uint32_t>(params.n_batch, 512);
     params.n_seq_max = static_cast<uint32_t>(n_seq);
-    params.kv_unified = true;  // rows of several sequences in one graph (split_simple)
+    // Rows of several sequences in one graph (split_simple) need one cache for all of them;
+    // exact mode gives each sequence a stream of its own (shares_passes()).
+    params.kv_unified = !options.exact || n_seq == 1;
+    shares_passes_ = n_seq > 1 && params.kv_unified;
     params.n_threads = threads;
     params.n_threads_batch = threads;
     params.no_perf = true;
@@ -391,10 +394,10 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
                         "exact mode cannot yet feed a hidden-state drafter from an F16/BF16/F32 target (its "
                         "single rows are padded); use a quantized target or leave out --exact.");
     }
-    if (n_seq > 1 && (impl_->pad_rows || !options.tap_layers.empty())) {
+    if (n_seq > 1 && !options.tap_layers.empty()) {
         throw UserError(ErrorKind::InvalidParameter,
-                        "several sequences per pass cannot yet be combined with a hidden-state drafter or "
-                        "exact mode on an F16 target; serve one sequence at a time (--parallel 1).");
+                        "several sequences cannot yet share a context with a hidden-state drafter; serve one "
+                        "sequence at a time (--parallel 1).");
     }
     kv_.assign(static_cast<size_t>(n_seq), {});
     impl_->hooks.tap = layer_tap(model, options.tap_layers);
@@ -475,6 +478,7 @@ void Context::decode_rows(const std::vector<SeqRows>& pieces) {
         decode(pieces[0].tokens, static_cast<int>(pieces[0].tokens.size()), pieces[0].seq);
         return;
     }
+    if (!shares_passes_) throw std::logic_error("this context's passes hold one sequence each");
     int total = 0;
     for (const SeqRows& piece : pieces) total += static_cast<int>(piece.tokens.size());
     if (total > impl_->n_batch) throw std::logic_error("more rows than n_batch in one pass");

@@ -111,6 +111,11 @@ public:
 
     int n_ctx() const;  // positions per sequence
     int n_seq() const { return static_cast<int>(kv_.size()); }
+    // Whether one pass may hold rows of several sequences (decode_rows): one cache shared by
+    // all of them. Exact mode instead gives each sequence a KV stream of its own, so no other
+    // sequence's cells enter its attention (they change the low bits), and its passes hold
+    // one sequence each.
+    bool shares_passes() const { return shares_passes_; }
     int n_vocab() const { return n_vocab_; }
     const std::vector<Token>& kv_tokens(int seq = 0) const { return kv_.at(static_cast<size_t>(seq)); }
 
@@ -118,8 +123,9 @@ public:
     // readable with logits(0 .. n_logits-1) until the next decode. Splits long inputs into
     // n_batch pieces.
     void decode(const std::vector<Token>& tokens, int n_logits, int seq = 0);
-    // One pass over rows of several sequences (at most n_batch rows in all), logits on every
-    // row: logits(r) is row r counting through the pieces in order.
+    // One pass over rows of several sequences (at most n_batch rows in all; several only when
+    // shares_passes()), logits on every row: logits(r) is row r counting through the pieces in
+    // order.
     void decode_rows(const std::vector<SeqRows>& pieces);
     const float* logits(int row) const;
     // Which head computes the logits: "localspec-q8_0" or "localspec-q6_k"
@@ -161,6 +167,7 @@ private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
     std::vector<std::vector<Token>> kv_;  // [seq]: the tokens its cache holds
+    bool shares_passes_ = false;
     int n_vocab_ = 0;
     int n_logits_ = 0;
     int feature_width_ = 0;

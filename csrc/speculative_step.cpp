@@ -33,6 +33,12 @@ void cut(Sequence::Step& step, size_t n) {
 // Invariant on entry and exit, for every generation in `batch`: its cache slot holds
 // history[0 .. n-2] and history.back() is the newest emitted token, not processed yet.
 void SpecEngine::speculative_step(const std::vector<Sequence*>& batch) {
+    // Exact mode keeps each generation's passes to itself (its own KV stream): the generations
+    // take turns, a whole step each, exactly as each would run alone.
+    if (batch.size() > 1 && !target_.shares_passes()) {
+        for (Sequence* s : batch) speculative_step({s});
+        return;
+    }
     // 1. Draft: each generation as it would alone; then, when several share the pass, only the
     //    draft rows that pay for themselves in the batch's tokens per second.
     for (Sequence* s : batch) draft(*s);
@@ -137,7 +143,7 @@ double SpecEngine::verify(const std::vector<Sequence*>& batch) {
     const auto t0 = Clock::now();
     target_.decode_rows(pieces);
     const double seconds = seconds_since(t0);
-    if (target_.n_seq() > 1) pass_cost_.observe(rows, seconds);
+    if (target_.shares_passes()) pass_cost_.observe(rows, seconds);
     return seconds;
 }
 

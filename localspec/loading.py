@@ -88,19 +88,15 @@ _LOAD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 
 def parallel_in_effect(parallel: int, draft: DrafterSpec, exact: bool) -> tuple[int, str]:
-    """(generations per pass, a notice when fewer than asked) for LoadOptions' ``parallel``,
-    ``draft`` and ``exact``. Sharing passes needs a drafter that runs no model (each generation
-    would need its own draft context) and, in exact mode, a KV stream per generation (not built
-    yet: a shared cache changes attention's low bits). The memory plan counts this many
-    sequences' KV cache."""
-    if parallel == 1:
-        return 1, ""
-    if draft.uses_model:
-        why = "a draft model or head drafts for one generation at a time"
-    elif exact:
-        why = "exact mode keeps each generation's passes to itself"
-    else:
+    """(generations at once, a notice when fewer than asked) for LoadOptions' ``parallel``,
+    ``draft`` and ``exact``. Several generations need a drafter that runs no model (each would
+    need its own draft context). In exact mode each has a KV stream of its own and the
+    generations take turns instead of sharing passes (bit-identical to running alone). The
+    memory plan counts this many sequences' KV cache."""
+    del exact  # exact mode serves several generations too (in turns)
+    if parallel == 1 or not draft.uses_model:
         return parallel, ""
+    why = "a draft model or head drafts for one generation at a time"
     return 1, f"serving one generation at a time (not {parallel}): {why}."
 
 
