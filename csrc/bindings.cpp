@@ -16,6 +16,7 @@
 #include "engine.h"
 #include "feature_collector.h"
 #include "head_probe.h"
+#include "mtp_drafter.h"
 #include "q6k_head.h"
 #include "q8_head.h"
 #include "vocab_check.h"
@@ -627,6 +628,11 @@ PYBIND11_MODULE(_core, m) {
         py::gil_scoped_release release;
         backend_init(false);
         return Model(ModelOptions{path, 0, true}).memory_kind();
+    }, py::arg("path"));
+    m.def("mtp_unsupported", [](const std::string& path) {
+        py::gil_scoped_release release;
+        backend_init(false);
+        return mtp_unsupported(path);
     }, py::arg("path"));
     m.def("backend_init", &backend_init, py::arg("verbose") = false);
     m.def("list_devices", [] {

@@ -6,17 +6,19 @@
 
 #include "eagle3_drafter.h"
 #include "errors.h"
+#include "mtp_drafter.h"
 #include "sequence.h"
 #include "vocab_check.h"
 
 namespace localspec {
 
 // The drafter spelling: "none", "ngram", "hybrid:PATH" (n-gram when it matches, else the draft
-// at PATH), "eagle3:PATH" (n-gram when it matches, else the EAGLE-3 head at PATH) or PATH (the
-// draft model or EAGLE-3 head at PATH alone, as a bare draft model drafts alone). Whether PATH
-// is a head is read from its header, once.
+// at PATH), "eagle3:PATH" (n-gram when it matches, else the EAGLE-3 head at PATH), "mtp"
+// (n-gram when it matches, else the target's own MTP layers) or PATH (the draft model or
+// EAGLE-3 head at PATH alone, as a bare draft model drafts alone). Whether PATH is a head is
+// read from its header, once.
 struct DrafterSpec {
-    std::string kind;  // "none", "ngram", "model" or "eagle3"
+    std::string kind;  // "none", "ngram", "model", "eagle3" or "mtp"
     std::string path;
     bool with_ngram = false;
     std::optional<Eagle3Info> head;  // for kind "eagle3"
@@ -32,6 +34,7 @@ std::shared_ptr<Model> load_target(const EngineOptions& options) {
     backend_init(options.verbose);
     ModelOptions model{options.target_path, options.n_gpu_layers_target};
     model.repack = options.repack && !options.exact;
+    model.load_mtp = options.drafter == "mtp";
     return std::make_shared<Model>(model);
 }
 
@@ -56,6 +59,7 @@ ContextOptions target_options(const EngineOptions& options, const DrafterSpec& s
         check_head_fits(spec.path, *spec.head, target);
         out.tap_layers = spec.head->target_layers;
     }
+    out.nextn_features = spec.kind == "mtp";
     return out;
 }
 
@@ -63,6 +67,12 @@ std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, const Drafte
                                       Context& target_ctx) {
     if (spec.kind == "none") return nullptr;
     if (spec.kind == "ngram") return std::make_unique<NgramDrafter>(options.ngram_min, options.ngram_max);
+    if (spec.kind == "mtp") {
+        auto mtp = std::make_unique<MtpDrafter>(target, target_ctx, options.n_threads, options.draft_sampling,
+                                                options.draft_p_min);
+        return std::make_unique<HybridDrafter>(NgramDrafter(options.ngram_min, options.ngram_max), std::move(mtp),
+                                               "mtp");
+    }
     auto draft = std::make_shared<Model>(ModelOptions{spec.path, options.n_gpu_layers_draft});
     check_vocab_compatible(target, *draft);
     std::unique_ptr<Drafter> model;
@@ -78,8 +88,13 @@ std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, const Drafte
     return std::make_unique<HybridDrafter>(NgramDrafter(options.ngram_min, options.ngram_max), std::move(model), name);
 }
 
-DrafterSpec parse_drafter(const std::string& drafter) {
+DrafterSpec parse_drafter(const std::string& drafter, const std::string& target_path) {
     if (drafter == "none" || drafter == "ngram") return {drafter, "", false, std::nullopt};
+    if (drafter == "mtp") {
+        const std::string why = mtp_unsupported(target_path);
+        if (!why.empty()) throw UserError(ErrorKind::InvalidParameter, why);
+        return {drafter, "", true, std::nullopt};
+    }
     bool with_ngram = false;
     std::string path = drafter;
     for (const std::string prefix : {"hybrid:", "eagle3:"}) {
@@ -94,7 +109,8 @@ DrafterSpec parse_drafter(const std::string& drafter) {
 
 }  // namespace
 
-SpecEngine::SpecEngine(const EngineOptions& options) : SpecEngine(options, parse_drafter(options.drafter)) {}
+SpecEngine::SpecEngine(const EngineOptions& options)
+    : SpecEngine(options, parse_drafter(options.drafter, options.target_path)) {}
 
 SpecEngine::SpecEngine(const EngineOptions& options, const DrafterSpec& drafter)
     : exact_(options.exact),

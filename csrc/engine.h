@@ -28,7 +28,7 @@ constexpr int kAutoDraftMax = 15;
 
 struct EngineOptions {
     std::string target_path;
-    // "none", "ngram", a draft GGUF's path, "hybrid:PATH" or "eagle3:PATH" (engine.cpp, parse_drafter)
+    // "none", "ngram", "mtp", a draft GGUF's path, "hybrid:PATH" or "eagle3:PATH" (engine.cpp, parse_drafter)
     std::string drafter = "ngram";
     int n_ctx = 4096;
     int n_threads = 0;

@@ -111,6 +111,7 @@ Model::Model(const ModelOptions& options) : impl_(std::make_unique<Impl>()), pat
     params.n_gpu_layers = options.n_gpu_layers;
     params.vocab_only = options.vocab_only;
     params.use_extra_bufts = options.repack;
+    params.load_mtp = options.load_mtp;
 
     take_last_error();
     impl_->model = llama_model_load_from_file(path_.c_str(), params);
@@ -199,6 +200,8 @@ int Model::n_layer() const { return llama_model_n_layer(impl_->model); }
 
 int Model::n_embd() const { return llama_model_n_embd(impl_->model); }
 
+int Model::n_layer_nextn() const { return llama_model_n_layer_nextn(impl_->model); }
+
 std::string Model::architecture() const { return metadata("general.architecture"); }
 
 uint64_t Model::size_bytes() const { return llama_model_size(impl_->model); }
@@ -207,6 +210,57 @@ std::string Model::memory_kind() const {
     if (llama_model_is_hybrid(impl_->model)) return "hybrid";
     if (llama_model_is_recurrent(impl_->model)) return "recurrent";
     return "attention";
+}
+
+// ---- llama.cpp's C++-only extensions -------------------------------------------------------
+
+// llama.cpp declares a few functions only in its internal src/llama-ext.h (C++ linkage: mangled
+// names). They are looked up at run time on the loaded libllama, so that a libllama without
+// them leaves `import localspec` working and only what needs them reports it: MTP drafting
+// (the target's and the MTP layers' final hidden states) and the cross-check of the layer tap
+// against llama.cpp's own layer-input extraction. LOCALSPEC_HIDE_LLAMA_EXT=1 makes them look
+// absent (for tests).
+namespace {
+
+void* libllama_symbol(const char* mangled) {
+    const char* hide = std::getenv("LOCALSPEC_HIDE_LLAMA_EXT");
+    if (hide && *hide && std::strcmp(hide, "0") != 0) return nullptr;
+    Dl_info info{};
+    if (!dladdr(reinterpret_cast<void*>(&llama_backend_init), &info) || !info.dli_fname) return nullptr;
+    void* lib = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    return lib ? dlsym(lib, mangled) : nullptr;
+}
+
+struct NextnExt {
+    void (*set)(llama_context*, bool, bool) = nullptr;
+    float* (*get)(llama_context*) = nullptr;
+    float* (*get_ith)(llama_context*, int32_t) = nullptr;
+    bool ok() const { return set && get && get_ith; }
+};
+
+NextnExt nextn_ext() {
+    NextnExt ext;
+    // void llama_set_embeddings_nextn(llama_context*, bool value, bool masked)
+    ext.set = reinterpret_cast<decltype(ext.set)>(libllama_symbol("_Z26llama_set_embeddings_nextnP13llama_contextbb"));
+    // float* llama_get_embeddings_nextn(llama_context*)
+    ext.get = reinterpret_cast<decltype(ext.get)>(libllama_symbol("_Z26llama_get_embeddings_nextnP13llama_context"));
+    // float* llama_get_embeddings_nextn_ith(llama_context*, int32_t)
+    ext.get_ith = reinterpret_cast<decltype(ext.get_ith)>(libllama_symbol("_Z30llama_get_embeddings_nextn_ithP13llama_contexti"));
+    return ext;
+}
+
+NextnExt require_nextn_ext() {
+    NextnExt ext = nextn_ext();
+    if (!ext.ok()) throw UserError(ErrorKind::InvalidParameter, nextn_extension_missing());
+    return ext;
+}
+
+}  // namespace
+
+std::string nextn_extension_missing() {
+    if (nextn_ext().ok()) return "";
+    return "this libllama does not export llama_set_embeddings_nextn / llama_get_embeddings_nextn (llama-cpp-python "
+           "0.3.36 does), so MTP layers cannot draft; install that version or use another drafter.";
 }
 
 // ---- context -------------------------------------------------------------------------------
@@ -247,6 +301,7 @@ struct Context::Impl {
     bool fast_head = false;
     TargetHooks hooks;  // the head hook and the layer tap
     HeadHook& hook = hooks.hook;
+    NextnExt nextn;  // set when ContextOptions::nextn_features
     bool used_head = false;  // the last decode's logits come from `hook`
     bool exact = false;
     bool pad_rows = false;  // exact mode with sgemm-type matrices (pad_batch)
@@ -389,12 +444,13 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
     impl_->hook.set_exact(options.exact);
     impl_->exact = options.exact;
     impl_->pad_rows = options.exact && has_sgemm_matrices(model);
-    if (impl_->pad_rows && !options.tap_layers.empty()) {
+    const bool hidden_states = !options.tap_layers.empty() || options.nextn_features;
+    if (impl_->pad_rows && hidden_states) {
         throw UserError(ErrorKind::InvalidParameter,
                         "exact mode cannot yet feed a hidden-state drafter from an F16/BF16/F32 target (its "
                         "single rows are padded); use a quantized target or leave out --exact.");
     }
-    if (n_seq > 1 && !options.tap_layers.empty()) {
+    if (n_seq > 1 && hidden_states) {
         throw UserError(ErrorKind::InvalidParameter,
                         "several sequences cannot yet share a context with a hidden-state drafter; serve one "
                         "sequence at a time (--parallel 1).");
@@ -414,6 +470,11 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
                                                   std::to_string(options.n_ctx) + " tokens for '" +
                                                   model.path() + "': " + reason +
                                                   " (try a smaller --ctx)");
+    }
+    if (options.nextn_features) {
+        impl_->nextn = require_nextn_ext();
+        impl_->nextn.set(impl_->ctx, true, false);  // every row's hidden state, not only the outputs'
+        feature_width_ = llama_model_n_embd_out(model.impl_->model);
     }
     impl_->n_batch = static_cast<int>(params.n_batch);
     impl_->n_ubatch = static_cast<int>(params.n_ubatch);
@@ -467,6 +528,7 @@ void Context::decode(const std::vector<Token>& tokens, int n_logits, int seq) {
         if (last) impl_->padding = {pad.front, pad.back};
         kv.insert(kv.end(), tokens.begin() + static_cast<long>(start), tokens.begin() + static_cast<long>(end));
         record_features();
+        record_nextn_features(static_cast<int>(end - start));
     }
     n_logits_ = static_cast<int>(n - first_logit);
     const int captured = n_logits_ + impl_->padding.front + impl_->padding.back;
@@ -574,7 +636,24 @@ void Context::record_features() {
     tap.clear();
 }
 
-void Context::set_tapping(bool on) { impl_->hooks.tapping = on; }
+// After a decode of n_rows tokens: llama.cpp's h_nextn rows, one per token, dense.
+void Context::record_nextn_features(int n_rows) {
+    if (!impl_->nextn.ok()) return;
+    if (!impl_->hooks.tapping) {
+        features_.clear();
+        features_begin_ = kv_[0].size();
+        return;
+    }
+    const float* rows = impl_->nextn.get(impl_->ctx);
+    if (!rows) throw std::runtime_error("llama.cpp returned no final hidden states (h_nextn) for this decode");
+    features_.insert(features_.end(), rows, rows + static_cast<size_t>(n_rows) * static_cast<size_t>(feature_width_));
+}
+
+void Context::set_tapping(bool on) {
+    impl_->hooks.tapping = on;
+    // Off, the target's last layer runs on the output rows only again.
+    if (impl_->nextn.ok()) impl_->nextn.set(impl_->ctx, on, false);
+}
 
 const float* Context::features(size_t pos) const {
     if (pos < features_begin_ || pos >= kv_[0].size() || feature_width_ == 0) {
@@ -613,28 +692,15 @@ size_t Context::sync(const std::vector<Token>& tokens, int n_logits, int seq) {
     return rest.size();
 }
 
-// ---- llama.cpp's C++-only extensions -------------------------------------------------------
+// ---- layer-input extraction ---------------------------------------------------------------
 
-// llama.cpp declares a few functions only in its internal src/llama-ext.h (C++ linkage: mangled
-// names). They are looked up at run time on the loaded libllama, so that a libllama without
-// them leaves `import localspec` working and only what needs them reports it. Today that is
-// the cross-check of the layer tap against llama.cpp's own layer-input extraction, which only
-// some architectures publish. LOCALSPEC_HIDE_LLAMA_EXT=1 makes them look absent (for tests).
+// The layer-input extraction that only some architectures publish (the tap's cross-check).
 namespace {
 
 struct LayerInputExt {
     void (*set)(llama_context*, uint32_t, bool) = nullptr;
     float* (*get)(llama_context*, uint32_t) = nullptr;
 };
-
-void* libllama_symbol(const char* mangled) {
-    const char* hide = std::getenv("LOCALSPEC_HIDE_LLAMA_EXT");
-    if (hide && *hide && std::strcmp(hide, "0") != 0) return nullptr;
-    Dl_info info{};
-    if (!dladdr(reinterpret_cast<void*>(&llama_backend_init), &info) || !info.dli_fname) return nullptr;
-    void* lib = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
-    return lib ? dlsym(lib, mangled) : nullptr;
-}
 
 LayerInputExt layer_input_ext() {
     LayerInputExt ext;
@@ -809,6 +875,96 @@ const float* HeadContext::normed(int row) const {
 }
 
 void HeadContext::truncate(int n_keep) {
+    if (n_keep >= n_positions_) return;
+    llama_memory_seq_rm(llama_get_memory(impl_->ctx), 0, static_cast<llama_pos>(n_keep), -1);
+    n_positions_ = n_keep;
+}
+
+// ---- MTP context ----------------------------------------------------------------------------
+
+struct MtpContext::Impl {
+    llama_context* ctx = nullptr;
+    llama_batch_ext* batch = nullptr;
+    NextnExt nextn;
+    int n_chunk = 64;  // rows per llama_process call
+    int32_t last = -1;  // batch index of the last decode's output row
+    ~Impl() {
+        if (batch) llama_batch_ext_free(batch);
+        if (ctx) llama_free(ctx);
+    }
+};
+
+MtpContext::MtpContext(const Model& target_model, const Context& target, int n_threads)
+    : impl_(std::make_unique<Impl>()) {
+    impl_->nextn = require_nextn_ext();
+    llama_model* model = target_model.impl_->model;
+    if (llama_model_n_layer_nextn(model) <= 0) {
+        throw UserError(ErrorKind::InvalidParameter, "'" + target_model.path() +
+                                                         "' was loaded without MTP layers; it cannot draft with them.");
+    }
+    n_embd_ = llama_model_n_embd_out(model);
+    n_vocab_ = target.n_vocab();
+    llama_context_params params = llama_context_default_params();
+    const int threads = n_threads > 0 ? n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    params.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
+    params.n_ctx = static_cast<uint32_t>(target.n_ctx());
+    params.n_batch = params.n_ubatch = static_cast<uint32_t>(impl_->n_chunk);
+    params.n_outputs_max = 1;  // logits for the last row of a decode only
+    params.n_seq_max = 1;
+    params.n_threads = params.n_threads_batch = threads;
+    params.no_perf = true;
+    params.swa_full = true;
+    take_last_error();
+    impl_->ctx = llama_init_from_model(model, params);
+    if (!impl_->ctx) {
+        throw UserError(ErrorKind::ModelLoad, "could not create a context for the MTP layers of '" +
+                                                  target_model.path() + "': " + take_last_error());
+    }
+    impl_->nextn.set(impl_->ctx, true, true);  // the output row's hidden state
+    impl_->batch = llama_batch_ext_init(impl_->ctx);
+}
+
+MtpContext::~MtpContext() = default;
+
+void MtpContext::decode(const Token* tokens, const float* h, int n_rows) {
+    for (int start = 0; start < n_rows; start += impl_->n_chunk) {
+        const int end = std::min(n_rows, start + impl_->n_chunk);
+        llama_batch_ext_clear(impl_->batch);
+        for (int i = start; i < end; ++i) {
+            const int32_t idx = llama_batch_ext_add_token(impl_->batch, 0, tokens[i]);
+            const llama_pos pos = n_positions_ + i;
+            const llama_embd state{h + static_cast<size_t>(i) * static_cast<size_t>(n_embd_), 1,
+                                   static_cast<size_t>(n_embd_)};
+            if (idx < 0 || !llama_batch_ext_set_pos(impl_->batch, idx, &pos) ||
+                !llama_batch_ext_set_embd_token(impl_->batch, idx, state) ||
+                !llama_batch_ext_set_output_logits(impl_->batch, idx, i + 1 == n_rows)) {
+                throw std::runtime_error("could not build the MTP layers' batch");
+            }
+            if (i + 1 == n_rows) impl_->last = idx;
+        }
+        take_last_error();
+        const int32_t rc = llama_process(impl_->ctx, LLAMA_PROCESS_TYPE_DECODE, impl_->batch);
+        if (rc != 0) {
+            throw std::runtime_error("the MTP layers' pass failed with code " + std::to_string(rc) + ": " +
+                                     take_last_error());
+        }
+    }
+    n_positions_ += n_rows;
+}
+
+const float* MtpContext::logits() const {
+    const float* out = llama_get_logits_ith(impl_->ctx, impl_->last);
+    if (!out) throw std::runtime_error("llama.cpp returned no logits for the MTP layers' last row");
+    return out;
+}
+
+const float* MtpContext::state() const {
+    const float* out = impl_->nextn.get_ith(impl_->ctx, impl_->last);
+    if (!out) throw std::runtime_error("llama.cpp returned no hidden state for the MTP layers' last row");
+    return out;
+}
+
+void MtpContext::truncate(int n_keep) {
     if (n_keep >= n_positions_) return;
     llama_memory_seq_rm(llama_get_memory(impl_->ctx), 0, static_cast<llama_pos>(n_keep), -1);
     n_positions_ = n_keep;

@@ -23,6 +23,9 @@ struct ModelOptions {
     // llama.cpp's repacked weight layouts on the CPU (use_extra_bufts): faster batches, but a
     // row's bits then depend on how many rows share the pass (docs/exact.md).
     bool repack = true;
+    // Load the model's MTP (NextN) layers too (llama.cpp skips them by default): the MTP
+    // drafter runs them in its own context (MtpContext).
+    bool load_mtp = false;
 };
 
 struct VocabInfo {
@@ -54,6 +57,7 @@ public:
     int n_ctx_train() const;
     int n_layer() const;
     int n_embd() const;
+    int n_layer_nextn() const;  // MTP (NextN) layers after the trunk; 0: none
     std::string architecture() const;  // general.architecture
     uint64_t size_bytes() const;
     // How the model remembers a sequence: "attention" (a KV entry per position), "recurrent"
@@ -66,6 +70,7 @@ public:
 private:
     friend class Context;
     friend class HeadContext;
+    friend class MtpContext;
     friend class Grammar;
     struct Impl;
     std::unique_ptr<Impl> impl_;
@@ -82,6 +87,10 @@ struct ContextOptions {
     // Layers whose input hidden states each decode records (a hidden-state drafter reads them:
     // Context::features). Empty: none.
     std::vector<int> tap_layers;
+    // Record the target's final hidden state per position instead (llama.cpp's h_nextn, what
+    // its MTP layers read: Context::features). Needs the extension functions
+    // (nextn_extension_missing() is empty).
+    bool nextn_features = false;
     std::string kv_type = "f16";  // the KV cache's element type: f16, q8_0, ... (ggml's names)
     // Numerics (docs/exact.md). flash_attn: -1 llama.cpp's choice, 0 off, 1 on. exact: every
     // row of a pass gets the same logits bits whatever the number of rows (exact_head.h).
@@ -162,8 +171,10 @@ public:
 
 private:
     friend class HeadContext;
+    friend class MtpContext;
     friend std::vector<float> extracted_layer_inputs(const Model&, const std::vector<Token>&, const std::vector<int>&);
     void record_features();
+    void record_nextn_features(int n_rows);
     struct Impl;
     std::unique_ptr<Impl> impl_;
     std::vector<std::vector<Token>> kv_;  // [seq]: the tokens its cache holds
@@ -209,6 +220,41 @@ private:
     int n_rows_ = 0;
     int n_positions_ = 0;
 };
+
+// The llama_context that runs a target's MTP (NextN) layers (llama.cpp's MTP context type, on
+// the target's own model, loaded with ModelOptions::load_mtp). Its memory holds one entry per
+// target position q: the pair (token q, h_{q-1}), h_{q-1} being the target's final hidden state
+// at q - 1 (Context::features with nextn_features; zeros for q = 0, as llama.cpp pairs it). The
+// entry's output is the distribution of token q + 1 and a hidden state that stands in for the
+// target's h_q when the next entry is a draft token.
+class MtpContext {
+public:
+    MtpContext(const Model& target_model, const Context& target, int n_threads);
+    ~MtpContext();
+    MtpContext(const MtpContext&) = delete;
+    MtpContext& operator=(const MtpContext&) = delete;
+
+    int n_embd() const { return n_embd_; }
+    int n_vocab() const { return n_vocab_; }
+    int n_positions() const { return n_positions_; }  // entries 0 .. n_positions()-1 are held
+    // Append the pairs (tokens[i], h row i) at positions n_positions() + i; afterwards logits()
+    // and state() belong to the last of them.
+    void decode(const Token* tokens, const float* h, int n_rows);
+    const float* logits() const;
+    const float* state() const;
+    void truncate(int n_keep);
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+    int n_embd_ = 0;
+    int n_vocab_ = 0;
+    int n_positions_ = 0;
+};
+
+// Why this libllama cannot run MTP layers (it lacks llama.cpp's C++-only extension functions
+// llama_set_embeddings_nextn / llama_get_embeddings_nextn_ith); "" when it can.
+std::string nextn_extension_missing();
 
 // The same rows as Context::features, from llama.cpp's own layer-input extraction (only some
 // architectures publish it; llama does): the cross-check of the graph tap. Throws UserError when

@@ -8,7 +8,10 @@ Spellings (``--draft``, models.toml's ``drafter``, ``Engine.load(draft=...)``):
   an EAGLE-3 head alone;
 - ``hybrid:PATH``: n-gram when the context has a match, else the draft model at PATH;
 - ``eagle3:PATH``: n-gram when the context has a match, else the EAGLE-3 head at PATH (the same
-  as ``hybrid:`` with a head).
+  as ``hybrid:`` with a head);
+- ``mtp``: n-gram when the context has a match, else the target's own MTP (NextN) layers;
+- ``auto`` (the default): ``mtp`` when the target carries MTP layers localspec can run, else
+  ``ngram`` (resolved when loading: localspec.loading.resolve_auto).
 
 A new kind is one more entry: a keyword in ``KEYWORD_KINDS`` or a prefix in ``PREFIX_KINDS``
 (and the matching case in the C++ core's drafter factory, csrc/drafter.cpp).
@@ -22,8 +25,8 @@ from typing import Literal
 
 from localspec.errors import InvalidParameterError
 
-DrafterKind = Literal["none", "ngram", "model", "hybrid", "eagle3"]
-KEYWORD_KINDS: tuple[DrafterKind, ...] = ("none", "ngram")  # kinds without a file
+DrafterKind = Literal["none", "ngram", "model", "hybrid", "eagle3", "mtp", "auto"]
+KEYWORD_KINDS: tuple[DrafterKind, ...] = ("none", "ngram", "mtp", "auto")  # kinds without a file
 PREFIX_KINDS: tuple[DrafterKind, ...] = ("hybrid", "eagle3")  # kinds spelled "KIND:PATH"
 
 
@@ -42,7 +45,8 @@ class DrafterSpec:
 
     @classmethod
     def parse(cls, text: str | DrafterSpec) -> DrafterSpec:
-        """``"none"``, ``"ngram"`` (any case), ``"hybrid:PATH"`` or a model ``PATH``."""
+        """``"none"``, ``"ngram"``, ``"mtp"``, ``"auto"`` (any case), ``"KIND:PATH"`` or a model
+        ``PATH``."""
         if isinstance(text, DrafterSpec):
             return text
         text = str(text)
@@ -58,7 +62,8 @@ class DrafterSpec:
                 return cls(kind, path)
         if not text:
             raise InvalidParameterError(
-                "The drafter is empty: use 'ngram', 'none', a draft model or hybrid:MODEL."
+                "The drafter is empty: use 'auto', 'ngram', 'mtp', 'none', a draft model or "
+                "hybrid:MODEL."
             )
         return cls("model", text)
 
@@ -70,8 +75,8 @@ class DrafterSpec:
 
     @property
     def uses_model(self) -> bool:
-        """Whether a draft model file is loaded."""
-        return self.path is not None
+        """Whether drafting runs a model (a draft model file, a head, the target's MTP layers)."""
+        return self.path is not None or self.kind == "mtp"
 
     @property
     def drafts(self) -> bool:
@@ -82,5 +87,7 @@ class DrafterSpec:
         return self if self.path is None else DrafterSpec(self.kind, resolve(self.path))
 
 
+AUTO = DrafterSpec("auto")
 NGRAM = DrafterSpec("ngram")
+MTP = DrafterSpec("mtp")
 NO_DRAFTER = DrafterSpec("none")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from localspec import _core
-from localspec.drafter_spec import NGRAM, NO_DRAFTER, DrafterSpec
+from localspec.drafter_spec import AUTO, MTP, NGRAM, NO_DRAFTER, DrafterSpec
 from localspec.errors import InvalidParameterError, ModelLoadError
 from localspec.gguf_reader import read_gguf
 from localspec.planner import KV_TYPES
@@ -42,7 +42,7 @@ class LoadOptions:
     """How to load a target and its drafter: the one owner of load defaults and their checks."""
 
     target: str
-    draft: DrafterSpec = NGRAM
+    draft: DrafterSpec = AUTO
     n_ctx: int = DEFAULT_N_CTX
     n_threads: int | None = None
     n_gpu_layers: int = -1
@@ -164,6 +164,16 @@ def speculation_drafter(core: _core.Core, options: LoadOptions) -> tuple[Drafter
     raise ModelLoadError(f"The target {what}, so it cannot verify a draft model; use --draft none.")
 
 
+def resolve_auto(options: LoadOptions) -> LoadOptions:
+    """The drafter "auto" in effect: the target's MTP layers chained with n-gram lookup ("mtp")
+    when the target carries layers the core can run (not in exact mode, which measures), else
+    n-gram lookup."""
+    if options.draft != AUTO:
+        return options
+    mtp = not options.exact and _core.mtp_unsupported(options.target) == ""
+    return replace(options, draft=MTP if mtp else NGRAM)
+
+
 def _check_options(options: LoadOptions) -> None:
     options.validate()
     check_model_path(options.target, "target")
@@ -180,6 +190,7 @@ def _check_options(options: LoadOptions) -> None:
 def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:
     """Load the target and drafter. Raises a LocalspecError for every user mistake."""
     _check_options(options)
+    options = resolve_auto(options)
     check_draft_memory(options)
     core_options = _core.EngineOptions()
     core_options.target_path = options.target

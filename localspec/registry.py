@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from localspec.drafter_spec import NGRAM, DrafterSpec
+from localspec.drafter_spec import AUTO, DrafterSpec
 from localspec.errors import LocalspecError, ModelLoadError
 from localspec.loading import DEFAULT_N_CTX
 from localspec.model_kind import ModelKind
@@ -78,7 +78,7 @@ class ModelEntry:
 class PairEntry:
     name: str
     target: str
-    drafter: DrafterSpec = NGRAM  # its model path as written (a name or a source)
+    drafter: DrafterSpec = AUTO  # its model path as written (a name or a source)
     draft_max: DraftMax = GenerationParams.draft_max
     n_ctx: int = DEFAULT_N_CTX
     temperature: float = GenerationParams.temperature
@@ -215,8 +215,8 @@ class Registry:
 
     def resolve_drafter(self, spec: str | DrafterSpec | None, *,
                         download: bool = True) -> DrafterSpec:
-        """The drafter with its model (a name or source) as a local GGUF path; None: n-gram."""
-        drafter = NGRAM if spec is None else DrafterSpec.parse(spec)
+        """The drafter with its model (a name or source) as a local GGUF path; None: auto."""
+        drafter = AUTO if spec is None else DrafterSpec.parse(spec)
         return drafter.with_path(lambda model: str(self.resolve_model(model, download=download)))
 
     def pair(self, name: str | None = None) -> PairEntry:

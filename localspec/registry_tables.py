@@ -41,7 +41,7 @@ class PairTable(_Table):
     """[pairs.NAME]: a target, its drafter and their defaults."""
 
     target: str
-    drafter: str = "ngram"
+    drafter: str = "auto"
     draft_max: int | str = GenerationParams.draft_max
     n_ctx: int = DEFAULT_N_CTX
     temperature: float = GenerationParams.temperature
