@@ -164,14 +164,27 @@ def speculation_drafter(core: _core.Core, options: LoadOptions) -> tuple[Drafter
     raise ModelLoadError(f"The target {what}, so it cannot verify a draft model; use --draft none.")
 
 
-def resolve_auto(options: LoadOptions) -> LoadOptions:
+def drafts_with_mtp(drafter: DrafterSpec, target: str, *, exact: bool = False) -> bool:
+    """Whether the target's MTP layers draft: asked for ("mtp"), or "auto" on a target that
+    carries layers the core can run (not in exact mode, which measures)."""
+    if drafter.kind == "auto":
+        if exact or not read_gguf(target, read_arrays=False).arch_get("nextn_predict_layers"):
+            return False  # (reading the header first also reports a broken file precisely)
+        return _core.mtp_unsupported(target) == ""
+    return drafter.kind == "mtp"
+
+
+def resolved_drafter(drafter: DrafterSpec, target: str, *, exact: bool = False) -> DrafterSpec:
     """The drafter "auto" in effect: the target's MTP layers chained with n-gram lookup ("mtp")
-    when the target carries layers the core can run (not in exact mode, which measures), else
-    n-gram lookup."""
-    if options.draft != AUTO:
-        return options
-    mtp = not options.exact and _core.mtp_unsupported(options.target) == ""
-    return replace(options, draft=MTP if mtp else NGRAM)
+    where they can draft, else n-gram lookup; any other drafter as it is."""
+    if drafter != AUTO:
+        return drafter
+    return MTP if drafts_with_mtp(drafter, target, exact=exact) else NGRAM
+
+
+def resolve_auto(options: LoadOptions) -> LoadOptions:
+    return replace(options, draft=resolved_drafter(options.draft, options.target,
+                                                   exact=options.exact))
 
 
 def _check_options(options: LoadOptions) -> None:

@@ -58,7 +58,9 @@ def render_plan(plan: Plan) -> str:
     if gpu:
         rows += [("weights in host RAM", lambda p: format_bytes(p.weights_host)),
                  ("KV cache in host RAM", lambda p: format_bytes(p.kv_host))]
-    second = "EAGLE-3 head" if plan.draft and plan.draft.is_head else "draft"
+    second = "draft"
+    if plan.draft is not None and (plan.draft.is_head or plan.draft.is_mtp):
+        second = "EAGLE-3 head" if plan.draft.is_head else "MTP layers"
     cols = [("", "target", second)] + [
         (label, cell(plan.target), cell(plan.draft) if plan.draft else "-")
         for label, cell in rows

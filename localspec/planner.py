@@ -36,7 +36,7 @@ KV_TYPES: dict[str, tuple[int, int]] = {
 }
 KV_PAD = 256  # llama.cpp rounds the KV cache size up to a multiple of this
 DEFAULT_UBATCH = 512
-HEAD_UBATCH = 64  # rows per pass of an EAGLE-3 head's context (HeadContext in the core)
+HEAD_UBATCH = 64  # rows per pass of an EAGLE-3 head's or MTP layers' context (the core)
 _INPUT_PREFIXES = ("token_embd.", "position_embd.", "token_types.", "per_layer_token_embd.")
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
 
@@ -64,6 +64,10 @@ class ModelMemory:
     # An EAGLE-3 head: its context runs micro-batches of HEAD_UBATCH rows (csrc/llama_backend.cpp,
     # HeadContext), and its KV cache is its one layer's.
     is_head: bool = False
+    # MTP (NextN) layers after the trunk: their KV lives in the MTP context, not the target's
+    # (their weights are counted with the target's; llama.cpp loads them only for MTP drafting).
+    n_layer_nextn: int = 0
+    is_mtp: bool = False  # the MTP context of a target (mtp_memory)
 
     @property
     def n_layer(self) -> int:
@@ -116,6 +120,7 @@ class ModelMemory:
             row = info.n_embd // 32 * 34 if info.n_embd % 32 == 0 else 4 * info.n_embd
             head_copy = n_draft * row
         heads_kv = (info.n_head_kv_per_layer() + [0] * n_layer)[:n_layer]
+        n_nextn = int(info.arch_get("nextn_predict_layers", 0) or 0)
         return cls(
             name=info.name,
             layer_bytes=tuple(layers),
@@ -133,8 +138,24 @@ class ModelMemory:
             file_bytes=info.file_size,
             head_copy_bytes=head_copy,
             is_head=info.architecture == "eagle3",
+            n_layer_nextn=n_nextn,
         )
 
+    def without_nextn_kv(self) -> ModelMemory:
+        """The target's own context: no KV for its MTP layers."""
+        n = self.n_layer - self.n_layer_nextn
+        zeros = (0,) * self.n_layer_nextn
+        return replace(self, kv_k_elems=self.kv_k_elems[:n] + zeros,
+                       kv_v_elems=self.kv_v_elems[:n] + zeros)
+
+    def mtp_memory(self) -> ModelMemory:
+        """The MTP context of this target (csrc MtpContext): the KV of its MTP layers and a
+        compute buffer of HEAD_UBATCH rows; its weights are the target's."""
+        n = self.n_layer - self.n_layer_nextn
+        return replace(self, name="MTP layers", layer_bytes=(0,) * self.n_layer_nextn,
+                       input_bytes=0, output_bytes=0, tied_bytes=0, file_bytes=0,
+                       head_copy_bytes=0, kv_k_elems=self.kv_k_elems[n:],
+                       kv_v_elems=self.kv_v_elems[n:], n_layer_nextn=0, is_mtp=True)
 
 def _row_bytes(elems: int, kv_type: str) -> int:
     block, size = KV_TYPES[kv_type]
@@ -162,6 +183,7 @@ class Placement:
     head_copy_host: int = 0
     is_head: bool = False  # an EAGLE-3 head rather than a draft model
     n_seq: int = 1  # sequences with n_ctx cells each in the KV cache (batched serving)
+    is_mtp: bool = False  # the target's MTP layers
 
     @property
     def device_bytes(self) -> int:
@@ -225,7 +247,8 @@ def place_model(model: ModelMemory, n_ctx: int, kv_type: str, on_device: int, *,
     if cpu:
         return Placement(model.name, model.path, n, n, True, 0, n_ctx, model.file_weight_bytes, 0,
                          kv_all, 0, model.compute_bytes(True, n_ubatch), model.file_bytes,
-                         head_copy_device=head_copy, is_head=model.is_head, n_seq=n_seq)
+                         head_copy_device=head_copy, is_head=model.is_head, n_seq=n_seq,
+                         is_mtp=model.is_mtp)
     k = min(on_device, n)
     output_dev = on_device > n
     output_once = model.output_bytes - model.tied_bytes
@@ -238,7 +261,7 @@ def place_model(model: ModelMemory, n_ctx: int, kv_type: str, on_device: int, *,
     return Placement(model.name, model.path, n, k, output_dev, on_device, n_ctx, weights_dev,
                      weights_host, kv_dev, kv_all - kv_dev, compute, model.file_bytes,
                      head_copy_host=0 if output_dev else head_copy, is_head=model.is_head,
-                     n_seq=n_seq)
+                     n_seq=n_seq, is_mtp=model.is_mtp)
 
 
 def _best_target(target: ModelMemory, n_ctx: int, kv_type: str, room: int,
@@ -325,7 +348,7 @@ def plan_pair(
 
     t_full = place_model(target, n_ctx, kv_type, target.n_layer + 1, cpu=cpu, n_ubatch=n_ubatch,
                          n_seq=n_seq)
-    d_ubatch = HEAD_UBATCH if draft and draft.is_head else n_ubatch
+    d_ubatch = HEAD_UBATCH if draft and (draft.is_head or draft.is_mtp) else n_ubatch
     d_place = (place_model(draft, d_ctx, kv_type, draft.n_layer + 1, cpu=cpu, n_ubatch=d_ubatch)
                if draft else None)
     d_need = d_place.device_bytes if d_place else 0
@@ -387,15 +410,20 @@ def plan_from_files(
     draft_n_ctx: int | None = None,
     fast_head: bool = True,
     n_seq: int = 1,
+    mtp: bool = False,
 ) -> Plan:
     """Plan a pair straight from GGUF files. ``device=None``: the CPU with ``budget_bytes``
-    (default: available RAM); with a device, ``budget_bytes`` caps its free memory."""
+    (default: available RAM); with a device, ``budget_bytes`` caps its free memory. ``mtp``:
+    the target's MTP layers draft (their context is the second column)."""
     if device is None:
         device = default_device(budget_bytes)
     elif budget_bytes is not None:
         device = Device(device.name, budget_bytes, device.kind)
     target = model_memory(target_path, fast_head=fast_head)
     draft = model_memory(draft_path, fast_head=fast_head) if draft_path is not None else None
+    if mtp and target.n_layer_nextn:
+        draft = target.mtp_memory()
+    target = target.without_nextn_kv()
     host = system_memory_available() if device.kind == "gpu" else None
     return plan_pair(target, draft, device, n_ctx, kv_type, draft_n_ctx=draft_n_ctx,
                      host_free_bytes=host, n_seq=n_seq)

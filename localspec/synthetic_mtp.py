@@ -9,8 +9,8 @@ hidden state of position q stays close to the embedding of token q. The NextN la
 ``eh_proj`` (identity on the embedding half, ``mtp_noise`` on the hidden-state half) and adds
 its own attention and experts scaled by ``mtp_noise``: it predicts what the trunk will say
 next, wrong more often the larger the two knobs. ``useless=True`` gives it random weights
-everywhere (its drafts are rarely accepted). Same vocabulary and chat template as
-``localspec.synthetic``; random weights otherwise.
+everywhere and a peaked output (its drafts are almost never accepted). Same vocabulary and
+chat template as ``localspec.synthetic``; random weights otherwise.
 
 Needs the ``gguf`` package (``pip install 'localspec[test]'``).
 """
@@ -77,6 +77,8 @@ def _nextn_layer(w: dict[str, np.ndarray], mat: Matrices, spec: MtpSpec) -> None
     # eh_proj maps [enorm(embedding), hnorm(h)] to the block's input.
     if spec.useless:
         eh = mat(n, 2 * n)
+        # Its own final norm, scaled up: peaked draft distributions on unrelated tokens.
+        w[p + "nextn.shared_head_norm.weight"] = np.full(n, 4.0, dtype=np.float32)
     else:
         eh = np.concatenate([np.eye(n, dtype=np.float32), mat(n, n, spec.mtp_noise)], axis=1)
     w[p + "nextn.eh_proj.weight"] = eh.astype(np.float32)

@@ -28,6 +28,15 @@ def test_parse_and_spell(text: str, kind: str, path: str | None) -> None:
     assert spec.uses_model == (path is not None)
 
 
+def test_mtp_and_auto_are_keywords() -> None:
+    """mtp runs the target's own MTP layers (a model, without a file); auto is resolved when
+    loading (localspec.loading.resolved_drafter)."""
+    mtp, auto = DrafterSpec.parse(" MTP "), DrafterSpec.parse("auto")
+    assert (mtp.kind, mtp.path, str(mtp), mtp.uses_model) == ("mtp", None, "mtp", True)
+    assert (auto.kind, auto.path, str(auto), auto.uses_model) == ("auto", None, "auto", False)
+    assert auto.drafts and mtp.drafts
+
+
 @pytest.mark.parametrize("text", ["", "hybrid:"])
 def test_parse_refuses_empty_models(text: str) -> None:
     with pytest.raises(InvalidParameterError, match="drafter"):
@@ -48,7 +57,7 @@ def test_with_path_maps_only_the_model() -> None:
 
 def test_load_options_take_a_spelling_or_a_spec() -> None:
     assert LoadOptions("t.gguf", draft="hybrid:d.gguf").draft == DrafterSpec("hybrid", "d.gguf")  # type: ignore[arg-type]
-    assert LoadOptions("t.gguf").draft == DrafterSpec("ngram")
+    assert LoadOptions("t.gguf").draft == DrafterSpec("auto")  # mtp where the target has it
     with pytest.raises(InvalidParameterError, match="n_ctx=8 is invalid"):
         LoadOptions("t.gguf", n_ctx=8).validate()
 

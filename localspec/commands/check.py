@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 from typing import Any
 
 from localspec import _core
@@ -28,9 +29,10 @@ from localspec.commands.common import (
     plan_summary,
 )
 from localspec.draft_agreement import Agreement, measure_agreement
+from localspec.drafter_spec import DrafterSpec
 from localspec.errors import InvalidParameterError, VocabMismatchError
 from localspec.learned import restore_saved
-from localspec.loading import check_model_path
+from localspec.loading import check_model_path, resolved_drafter
 from localspec.prompts import load_prompts
 from localspec.types import GenerationParams
 
@@ -153,6 +155,13 @@ def render_agreement(by_position: list[float], agreement: Agreement | None) -> s
     return "\n".join(lines)
 
 
+def _own_tokens(drafter: DrafterSpec) -> str:
+    if drafter.kind == "mtp":
+        return ("the target's own MTP (NextN) layers draft, after n-gram lookup; they share "
+                "its tokens")
+    return "the n-gram drafter reuses the target's own tokens"
+
+
 def _measure(args: argparse.Namespace, choice: ModelChoice,
              params: GenerationParams) -> tuple[Report, int, str, dict[str, Any]]:
     categories = args.categories.split(",") if args.categories else None
@@ -184,6 +193,8 @@ def run(args: argparse.Namespace) -> int:
                               draft_max=args.draft_max, seed=0)
     params.validate()
     choice = choose_models(args)
+    choice = replace(choice, drafter=resolved_drafter(choice.drafter, choice.target,
+                                                      exact=args.exact))
     if not choice.drafter.drafts:
         raise InvalidParameterError("There is no drafter to check: pass --draft MODEL or "
                                     "--draft ngram.")
@@ -193,8 +204,7 @@ def run(args: argparse.Namespace) -> int:
     out["vocabulary"] = vocab
     if not args.json:
         print(f"Target: {choice.target}\nDraft:  {choice.drafter}")
-        print(render_vocab(vocab) if vocab else "Vocabulary: the n-gram drafter reuses the "
-              "target's own tokens")
+        print(render_vocab(vocab) if vocab else "Vocabulary: " + _own_tokens(choice.drafter))
     if vocab is not None and not vocab["compatible"]:
         if args.json:
             print(json.dumps({**out, "measurement": None}, ensure_ascii=False))

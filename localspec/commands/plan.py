@@ -8,7 +8,13 @@ from typing import Any
 
 from localspec.commands.common import add_model_arguments, pair_name
 from localspec.errors import InvalidParameterError
-from localspec.loading import DEFAULT_N_CTX, LoadOptions, load_rule_violation, parallel_in_effect
+from localspec.loading import (
+    DEFAULT_N_CTX,
+    LoadOptions,
+    load_rule_violation,
+    parallel_in_effect,
+    resolved_drafter,
+)
 from localspec.planner import (
     Device,
     Plan,
@@ -64,14 +70,15 @@ def make_plan(args: argparse.Namespace) -> tuple[str, Plan]:
     name = pair_name(args)
     pair = registry.pair(name) if name or not args.target else None
     target = args.target or (pair.target if pair else "")
-    drafter = args.draft or (str(pair.drafter) if pair else "ngram")
+    drafter = args.draft or (str(pair.drafter) if pair else "auto")
     n_ctx = args.ctx or (pair.n_ctx if pair else DEFAULT_N_CTX)
     device = _device(args.device, parse_size(args.budget) if args.budget else None)
     target_path = registry.resolve_model(target, download=False)
-    draft = registry.resolve_drafter(drafter, download=False)
+    draft = resolved_drafter(registry.resolve_drafter(drafter, download=False), str(target_path))
     n_seq, _ = parallel_in_effect(_checked_parallel(args.parallel), draft, exact=False)
     plan = plan_from_files(target_path, draft.path, n_ctx, None, args.kv_type, device=device,
-                           fast_head=not args.llama_head, n_seq=n_seq)
+                           fast_head=not args.llama_head, n_seq=n_seq,
+                           mtp=draft.kind == "mtp")
     label = pair.name if pair and not (args.target or args.draft) else f"{target} + {drafter}"
     return label, plan
 

@@ -16,7 +16,7 @@ KEYS = "Enter sends · F1 help · F2 speculation · F5 colours · Esc stops · C
 def drafter_label(info: EngineInfo) -> str:
     spec = info.drafter_spec
     if spec.path is None:
-        return spec.kind
+        return "ngram+mtp" if spec.kind == "mtp" else spec.kind
     stem = Path(spec.path).stem
     labels = {"model": stem, "hybrid": "ngram+" + stem, "eagle3": "ngram+eagle3 " + stem}
     return labels[spec.kind]
@@ -48,7 +48,8 @@ def memory_summary(info: EngineInfo) -> str:
         from localspec.planner import format_bytes, plan_from_files
 
         fast_head = "localspec" in info.verify_head or "localspec" in info.draft_head
-        plan = plan_from_files(info.target_path, draft, info.n_ctx, fast_head=fast_head)
+        plan = plan_from_files(info.target_path, draft, info.n_ctx, fast_head=fast_head,
+                               mtp=info.drafter_spec.kind == "mtp")
     except Exception:  # the summary is decoration: never fail the chat over it
         return _file_sizes(info.target_path, draft)
     text = f"mem {plan.device.name} {format_bytes(plan.device_bytes)}"

@@ -1,0 +1,216 @@
+"""MTP drafting through the core (docs/design.md, "Hidden-state drafting"): a tiny glm4moe
+target whose NextN layer drafts from the target's own final hidden states. Whatever the layer
+drafts, the output is the target's: greedy output equals plain decoding token for token (the
+layer alone and chained with n-gram, fixed k and the controller, across requests that reuse the
+cache and a cancelled one), and sampling follows the target's distribution. As everywhere
+(tests/test_generation.py), a greedy divergence is allowed only as a numerical tie that the
+target's same-shape replay confirms."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from localspec import _core
+from localspec.convert import params_to_core, stats_from_core
+from localspec.engine import Engine
+from localspec.errors import InvalidParameterError
+from localspec.lossless import compare_greedy
+from localspec.synthetic_mtp import MtpSpec, write_mtp_model
+from localspec.types import GenerationParams, GenerationResult
+from tests.stats_helpers import P_VALUE_FLOOR, chi_square_pvalue
+
+GREEDY = GenerationParams(temperature=0.0, max_tokens=300, ignore_eos=True)
+PROMPT = "the quick brown fox jumps over the lazy dog and the speculative"
+
+
+@pytest.fixture(scope="module")
+def targets(model_dir: Path) -> dict[str, Path]:
+    return {
+        "mtp": write_mtp_model(model_dir / "mtp.gguf", MtpSpec(divergence=1.0)),
+        "useless": write_mtp_model(model_dir / "mtp-useless.gguf",
+                                   MtpSpec(divergence=1.0, useless=True)),
+        "none": write_mtp_model(model_dir / "mtp-none.gguf",
+                                MtpSpec(divergence=1.0, with_mtp=False)),
+    }
+
+
+@pytest.fixture(scope="module")
+def plain(targets):
+    engine = Engine.load(targets["mtp"], draft="none", n_ctx=1024, n_threads=1)
+    yield engine
+    engine.close()
+
+
+def load(target: Path, draft: str = "mtp") -> Engine:
+    return Engine.load(target, draft=draft, n_ctx=1024, draft_p_min=0.0, n_threads=1)
+
+
+def assert_same_or_tie(plain: Engine, prompt: str | list[int], expected: list[int],
+                       result: GenerationResult) -> None:
+    tokens = plain.tokenize(prompt) if isinstance(prompt, str) else prompt
+    divergence = compare_greedy(plain, tokens, expected, result)
+    assert divergence is None or divergence.verdict == "tie", divergence
+
+
+@pytest.mark.parametrize("draft", ["mtp", "auto"])
+@pytest.mark.parametrize("draft_max", [3, "auto"])
+def test_greedy_output_equals_plain(plain, targets, draft: str, draft_max) -> None:
+    engine = load(targets["mtp"], draft)
+    try:
+        assert engine.info.drafter == "mtp"  # "auto" picks the layers up
+        expected = plain.generate(PROMPT, GREEDY)
+        got = engine.generate(PROMPT, GREEDY, draft_max=draft_max)
+        assert_same_or_tie(plain, PROMPT, expected.tokens, got)
+        if draft_max == 3:
+            assert got.stats.model_drafted > 100 and got.stats.rejected > 0  # rollbacks
+            assert got.stats.accepted > 20  # and accepted drafts crossed them
+    finally:
+        engine.close()
+
+
+def core_alone(target: Path) -> _core.Core:
+    """The MTP layers without the n-gram lookup in front (no match length is ever tried)."""
+    options = _core.EngineOptions()
+    options.target_path, options.drafter = str(target), "mtp"
+    options.n_ctx, options.n_threads, options.draft_p_min = 1024, 1, 0.0
+    options.ngram_min, options.ngram_max = 9, 8
+    return _core.Core(options)
+
+
+def test_the_layers_alone_equal_plain(plain, targets) -> None:
+    core = core_alone(targets["mtp"])
+    prompt = plain.tokenize(PROMPT)
+    try:
+        for draft_max in (3, 5):
+            request = params_to_core(replace(GREEDY, draft_max=draft_max, seed=1), prompt)
+            raw = core.generate(request, None)
+            got = GenerationResult(raw["text"], list(raw["tokens"]), [], raw["finish_reason"],
+                                   stats_from_core(raw["stats"]), pass_rows=raw["pass_rows"],
+                                   pass_emitted=raw["pass_emitted"])
+            assert got.stats.model_drafted == got.stats.drafted > 200
+            assert got.stats.accepted > 10 and got.stats.rejected > 0
+            assert_same_or_tie(plain, prompt, plain.generate(prompt, GREEDY).tokens, got)
+    finally:
+        core.close()
+
+
+def test_cache_reuse_long_prompts_and_cancel(plain, targets) -> None:
+    """Requests that share a prefix, one that rewrites an old prefix, a prompt longer than one
+    MTP batch (64 rows), a plain request in between (no states recorded) and a cancelled
+    stream: each equals plain decoding."""
+    engine = load(targets["mtp"])
+    long_prompt = list(range(5, 300)) * 2 + list(range(7, 120))  # 703 tokens
+    short = GenerationParams(temperature=0.0, max_tokens=60, ignore_eos=True)
+    try:
+        for prompt in [PROMPT, PROMPT + " and again", long_prompt, "zq " + PROMPT, PROMPT]:
+            got = engine.generate(prompt, short, draft_max=4)
+            assert_same_or_tie(plain, prompt, plain.generate(prompt, short).tokens, got)
+        engine.generate(PROMPT + " plain", short, draft_max=0)
+        stream = engine.stream(PROMPT, short, draft_max=4)
+        next(stream)
+        stream.close()  # cancelled mid-generation; the next request still matches
+        for prompt in [PROMPT, PROMPT + " plain and on"]:
+            got = engine.generate(prompt, short, draft_max=4)
+            assert_same_or_tie(plain, prompt, plain.generate(prompt, short).tokens, got)
+    finally:
+        engine.close()
+
+
+def sample_outputs(target: Path, prompt: list[int], params: GenerationParams,
+                   n: int) -> list[GenerationResult]:
+    engine = load(target)
+    try:
+        return [engine.generate(prompt, params, seed=seed, draft_max=3) for seed in range(n)]
+    finally:
+        engine.close()
+
+
+def test_sampling_follows_the_target_distribution(plain, targets) -> None:
+    """First and second tokens over many seeds fit the target's warped distribution, with the
+    layers' q in the rejection rule."""
+    params = GenerationParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=2)
+    sp = _core.SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+
+    def exact(tokens: list[int]) -> dict[int, float]:
+        ids, probs = _core.testing.warp(plain.next_token_logits(tokens), sp)
+        return dict(zip(ids, probs, strict=False))
+
+    prompt = plain.tokenize("zq the quick brown fox")
+    outputs = sample_outputs(targets["mtp"], prompt, params, 2000)
+    drafted = sum(o.stats.drafted for o in outputs)
+    accepted = sum(o.stats.accepted for o in outputs)
+    assert drafted > 1500 and 50 < accepted < drafted - 50
+    first = [o.tokens[0] for o in outputs]
+    assert chi_square_pvalue(first, exact(prompt)) > P_VALUE_FLOOR
+    top = Counter(first).most_common(1)[0][0]
+    second = [o.tokens[1] for o in outputs if o.tokens[0] == top]
+    assert chi_square_pvalue(second, exact(prompt + [top])) > P_VALUE_FLOOR
+
+
+def test_the_controller_turns_useless_layers_off(targets) -> None:
+    """Random MTP weights whose drafts are (almost) never accepted: with the controller,
+    drafting stops after a few probes."""
+    engine = load(targets["useless"])
+    params = GenerationParams(
+        temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=400, ignore_eos=True, seed=5
+    )
+    try:
+        fixed = engine.generate(PROMPT, params, draft_max=3)
+        auto = engine.generate(PROMPT, params, draft_max="auto", reuse_cache=False)
+    finally:
+        engine.close()
+    assert fixed.stats.model_drafted > 600 and fixed.stats.acceptance_rate < 0.1
+    assert auto.stats.model_drafted < fixed.stats.model_drafted / 5
+
+
+def test_mtp_on_a_target_without_the_layers(targets) -> None:
+    """--draft mtp needs NextN layers: one sentence; "auto" falls back to n-gram lookup."""
+    with pytest.raises(InvalidParameterError, match="has no MTP \\(NextN\\) layers; use --draft"):
+        load(targets["none"])
+    engine = load(targets["none"], "auto")
+    try:
+        assert engine.info.drafter == "ngram"
+    finally:
+        engine.close()
+    assert _core.mtp_unsupported(str(targets["mtp"])) == ""
+
+
+def test_parallel_serves_one_generation_at_a_time(targets) -> None:
+    engine = Engine.load(targets["mtp"], draft="mtp", n_ctx=512, parallel=4, n_threads=1)
+    try:
+        assert engine.info.parallel == 1 and "one generation at a time" in engine.info.notice
+    finally:
+        engine.close()
+
+
+HIDDEN_EXT = """
+import sys
+from localspec.engine import Engine
+from localspec.errors import LocalspecError
+target = sys.argv[1]
+engine = Engine.load(target, n_ctx=256)
+print("auto:", engine.info.drafter)
+engine.close()
+try:
+    Engine.load(target, draft="mtp", n_ctx=256)
+except LocalspecError as error:
+    print("mtp:", error)
+"""
+
+
+def test_a_libllama_without_the_extensions(targets) -> None:
+    """Without llama.cpp's C++-only extension functions, `import localspec` works, "auto"
+    drafts with n-gram lookup and "mtp" says what is missing."""
+    env = dict(os.environ, LOCALSPEC_HIDE_LLAMA_EXT="1")
+    args = [sys.executable, "-c", HIDDEN_EXT, str(targets["mtp"])]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "auto: ngram" in proc.stdout
+    assert "mtp: this libllama does not export llama_set_embeddings_nextn" in proc.stdout
