@@ -8,6 +8,7 @@ target's same-shape replay confirms."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from localspec.errors import InvalidParameterError
 from localspec.lossless import compare_greedy
 from localspec.synthetic_mtp import MtpSpec, write_mtp_model
 from localspec.types import GenerationParams, GenerationResult
+from tests.helpers import run_localspec as localspec
 from tests.stats_helpers import P_VALUE_FLOOR, chi_square_pvalue
 
 GREEDY = GenerationParams(temperature=0.0, max_tokens=300, ignore_eos=True)
@@ -214,3 +216,26 @@ def test_a_libllama_without_the_extensions(targets) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "auto: ngram" in proc.stdout
     assert "mtp: this libllama does not export llama_set_embeddings_nextn" in proc.stdout
+
+
+def test_the_cli_names_the_problem_and_plans_the_mtp_context(targets) -> None:
+    """`run --draft mtp` on a target without the layers exits 2 with the sentence; `plan` gives
+    the MTP context (its KV cache, its compute buffer) its own column, and `check` names the
+    drafter that `auto` picked."""
+    proc = localspec("run", "hi", "--target", str(targets["none"]), "--draft", "mtp")
+    assert proc.returncode == 2 and "has no MTP (NextN) layers" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = localspec("plan", "--target", str(targets["mtp"]), "--ctx", "1024", "--json")
+    plan = json.loads(proc.stdout)
+    assert plan["draft"]["name"] == "MTP layers" and plan["draft"]["is_mtp"]
+    assert plan["draft"]["kv_device"] > 0 and plan["draft"]["compute"] > 0
+    assert plan["draft"]["weights_device"] == 0  # the layer's weights are the target's
+    table = localspec("plan", "--target", str(targets["mtp"]), "--draft", "mtp").stdout
+    assert "MTP layers" in table
+    plain = json.loads(localspec("plan", "--target", str(targets["none"]), "--ctx", "1024",
+                                 "--json").stdout)
+    assert plain["draft"] is None and plain["target"]["kv_device"] == plan["target"]["kv_device"]
+    proc = localspec("check", "--target", str(targets["mtp"]), "--max-tokens", "8",
+                     "--categories", "qa", "--threads", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert "Draft:  mtp" in proc.stdout and "MTP (NextN) layers draft" in proc.stdout

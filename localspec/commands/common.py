@@ -85,8 +85,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, positional_pair: boo
                        "hf:ORG/REPO/FILE.gguf (default: the pair's)")
     group.add_argument("--draft", help="drafter: a draft model (path, name or hf: source), "
                        "'ngram', 'none', hybrid:MODEL (n-gram when the text has a match, else "
-                       "the model) or eagle3:HEAD (the same with an EAGLE-3 head) (default: the "
-                       "pair's, else ngram)")
+                       "the model), eagle3:HEAD (the same with an EAGLE-3 head), 'mtp' (the "
+                       "same with the target's own MTP layers) or 'auto' (mtp when the target "
+                       "has MTP layers, else ngram) (default: the pair's, else auto)")
     group.add_argument("--ctx", type=int, default=None,
                        help=f"context size in tokens (default: the pair's, else {DEFAULT_N_CTX})")
     group.add_argument("--kv-type", default=LoadOptions.kv_type, choices=sorted(KV_TYPES),
