@@ -138,6 +138,7 @@ Token MtpDrafter::next_token(const SamplingParams& params, Rng& rng, bool sample
 
 Draft MtpDrafter::draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) {
     Draft out;
+    out.kind = DraftKind::mtp();
     const size_t n = history.size();
     // The target's cache holds h[0..n-2], so their states are recorded.
     if (k <= 0 || n < 1 || target_.kv_tokens().size() + 1 < n) return out;

@@ -31,6 +31,7 @@ public:
     std::string name() const override { return "mtp"; }
     Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override;
     bool has_model() const override { return true; }
+    DraftKind model_kind() const override { return DraftKind::mtp(); }
     Draft model_draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override {
         return draft(history, k, params, rng);
     }

@@ -239,3 +239,15 @@ def test_the_cli_names_the_problem_and_plans_the_mtp_context(targets) -> None:
                      "--categories", "qa", "--threads", "1")
     assert proc.returncode == 0, proc.stderr
     assert "Draft:  mtp" in proc.stdout and "MTP (NextN) layers draft" in proc.stdout
+
+
+def test_mtp_drafts_are_counted_as_their_own_kind(targets) -> None:
+    """The statistics (and /metrics) count MTP drafts under "mtp", apart from n-gram lookups."""
+    engine = load(targets["mtp"])
+    try:
+        got = engine.generate("zq " + PROMPT, GREEDY, draft_max=3)
+    finally:
+        engine.close()
+    assert got.stats.drafted_by_kind["mtp"] == got.stats.model_drafted > 0
+    assert got.stats.drafted_by_kind["mtp"] + got.stats.drafted_by_kind["ngram"] == got.stats.drafted
+    assert 0 < got.stats.accepted_by_kind["mtp"] <= got.stats.drafted_by_kind["mtp"]
