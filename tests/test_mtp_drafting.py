@@ -248,6 +248,7 @@ def test_mtp_drafts_are_counted_as_their_own_kind(targets) -> None:
         got = engine.generate("zq " + PROMPT, GREEDY, draft_max=3)
     finally:
         engine.close()
-    assert got.stats.drafted_by_kind["mtp"] == got.stats.model_drafted > 0
-    assert got.stats.drafted_by_kind["mtp"] + got.stats.drafted_by_kind["ngram"] == got.stats.drafted
-    assert 0 < got.stats.accepted_by_kind["mtp"] <= got.stats.drafted_by_kind["mtp"]
+    drafted, accepted = got.stats.drafted_by_kind, got.stats.accepted_by_kind
+    assert drafted["mtp"] == got.stats.model_drafted > 0
+    assert drafted["mtp"] + drafted["ngram"] == got.stats.drafted
+    assert 0 < accepted["mtp"] <= drafted["mtp"]
