@@ -96,7 +96,7 @@ def parallel_in_effect(parallel: int, draft: DrafterSpec, exact: bool) -> tuple[
     del exact  # exact mode serves several generations too (in turns)
     if parallel == 1 or not draft.uses_model:
         return parallel, ""
-    why = "a draft model or head drafts for one generation at a time"
+    why = "a draft model, head or MTP layers draft for one generation at a time"
     return 1, f"serving one generation at a time (not {parallel}): {why}."
 
 
