@@ -32,6 +32,7 @@ std::shared_ptr<Model> load_target(const EngineOptions& options) {
     backend_init(options.verbose);
     ModelOptions model{options.target_path, options.n_gpu_layers_target};
     model.repack = options.repack && !options.exact;
+    model.rpc = options.rpc;
     return std::make_shared<Model>(model);
 }
 

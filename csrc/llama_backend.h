@@ -23,6 +23,10 @@ struct ModelOptions {
     // llama.cpp's repacked weight layouts on the CPU (use_extra_bufts): faster batches, but a
     // row's bits then depend on how many rows share the pass (docs/exact.md).
     bool repack = true;
+    // RPC workers (HOST:PORT, rpc.h) lending devices: the layers are spread over their devices
+    // first, then the local GPUs; the output layer stays local (in host memory when there is no
+    // local GPU, where localspec's own head reads it).
+    std::vector<std::string> rpc;
 };
 
 struct VocabInfo {
