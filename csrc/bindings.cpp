@@ -651,7 +651,7 @@ PYBIND11_MODULE(_core, m) {
         return rpc_supported();
     });
     m.def("rpc_install_hint", &rpc_install_hint);
-    m.def("rpc_failure", &rpc_failure);
+    m.def("rpc_failure", &rpc_failure, py::arg("endpoints"));
     m.def("remote_devices", [](const std::vector<std::string>& endpoints) {
         backend_init(false);
         std::vector<RemoteDeviceInfo> found;

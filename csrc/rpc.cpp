@@ -40,7 +40,7 @@ struct RpcState {
     std::set<std::string> attached;
     std::map<std::string, std::string> failed;  // endpoint -> the sentence
     std::map<std::string, int> sockets;  // ggml's connection, once found
-    std::string failure;  // a pass that lost its worker (rpc_failure)
+    std::set<std::string> stuck;  // endpoints a pass lost in the middle (rpc_failure)
 };
 
 RpcState& state() {
@@ -176,17 +176,10 @@ void keep_alive(int fd) {
 #endif
 }
 
-int find_connection(RpcState& s, const std::string& endpoint) {
-    const sockaddr_in addr = resolve(endpoint);
-    auto cached = s.sockets.find(endpoint);
-    if (cached != s.sockets.end() && peer_is(cached->second, addr)) return cached->second;
+int scan_for_connection(const sockaddr_in& addr) {
     const long max_fd = std::min<long>(sysconf(_SC_OPEN_MAX), 4096);
     for (int fd = 0; fd < max_fd; ++fd) {
-        if (peer_is(fd, addr)) {
-            keep_alive(fd);
-            s.sockets[endpoint] = fd;
-            return fd;
-        }
+        if (peer_is(fd, addr)) return fd;
     }
     return -1;
 }
@@ -210,12 +203,31 @@ std::string lost_message(const std::string& endpoint) {
            "`localspec rpc-worker` there, then restart this localspec to load the model again.";
 }
 
-// The endpoints whose connection is closed now; each is marked failed.
+// Whether ggml's connection to `endpoint` was closed or reset by the worker. The socket found
+// last time is asked first: once reset it no longer names its peer, but ggml still holds it.
+bool connection_lost(RpcState& s, const std::string& endpoint) {
+    const sockaddr_in addr = resolve(endpoint);
+    auto cached = s.sockets.find(endpoint);
+    if (cached != s.sockets.end()) {
+        const int fd = cached->second;
+        sockaddr_in peer{};
+        socklen_t len = sizeof(peer);
+        if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0 && errno == ENOTCONN) return true;
+        if (peer_is(fd, addr)) return connection_closed(fd);
+        s.sockets.erase(cached);
+    }
+    const int fd = scan_for_connection(addr);
+    if (fd < 0) return false;  // no connection now (no model on it): nothing to lose
+    keep_alive(fd);
+    s.sockets[endpoint] = fd;
+    return connection_closed(fd);
+}
+
+// The endpoints whose connection is lost now; each is marked failed.
 std::vector<std::string> mark_closed(RpcState& s) {
     std::vector<std::string> lost;
     for (const std::string& endpoint : s.attached) {
-        const int fd = find_connection(s, endpoint);
-        if (fd >= 0 && connection_closed(fd)) {
+        if (connection_lost(s, endpoint)) {
             s.failed.emplace(endpoint, lost_message(endpoint));
             lost.push_back(endpoint);
         }
@@ -231,11 +243,17 @@ void on_ggml_abort(const char* message) {
         RpcState& s = state();
         {
             std::lock_guard<std::mutex> lock(s.mutex);
-            const std::vector<std::string> lost = mark_closed(s);
-            s.failure = lost.empty() ? "the connection to an RPC worker failed in the middle of a pass; "
-                                       "restart the workers, then this localspec."
-                                     : lost_message(lost.front());
-            std::fprintf(stderr, "localspec: error: %s\n", s.failure.c_str());
+            std::vector<std::string> lost = mark_closed(s);
+            if (lost.empty()) {  // not told which: every worker of this process is suspect
+                lost.assign(s.attached.begin(), s.attached.end());
+                for (const std::string& endpoint : lost) {
+                    s.failed.emplace(endpoint, "the connection to the RPC worker at " + endpoint +
+                                                   " failed in the middle of a pass; restart the worker, "
+                                                   "then this localspec.");
+                }
+            }
+            s.stuck.insert(lost.begin(), lost.end());
+            std::fprintf(stderr, "localspec: error: %s\n", s.failed[lost.front()].c_str());
         }
         for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
     }
@@ -306,8 +324,7 @@ void check_rpc_alive(const std::vector<std::string>& endpoints) {
     for (const std::string& endpoint : endpoints) {
         auto failed = s.failed.find(endpoint);
         if (failed != s.failed.end()) throw worker_error(failed->second);
-        const int fd = find_connection(s, endpoint);
-        if (fd >= 0 && connection_closed(fd)) {
+        if (connection_lost(s, endpoint)) {
             s.failed.emplace(endpoint, lost_message(endpoint));
             throw worker_error(lost_message(endpoint));
         }
@@ -323,10 +340,13 @@ bool rpc_failed(const std::vector<std::string>& endpoints) {
     return false;
 }
 
-std::string rpc_failure() {
+std::string rpc_failure(const std::vector<std::string>& endpoints) {
     RpcState& s = state();
     std::lock_guard<std::mutex> lock(s.mutex);
-    return s.failure;
+    for (const std::string& endpoint : endpoints) {
+        if (s.stuck.count(endpoint)) return s.failed[endpoint];
+    }
+    return "";
 }
 
 std::vector<std::string> default_worker_devices() {

@@ -43,8 +43,9 @@ std::vector<RemoteDeviceInfo> remote_devices(const std::vector<std::string>& end
 void check_rpc_alive(const std::vector<std::string>& endpoints);
 // Whether one of the endpoints failed (a model or context on it must not be freed).
 bool rpc_failed(const std::vector<std::string>& endpoints);
-// Why a pass lost its worker in the middle ("" when none did): that pass never returns.
-std::string rpc_failure();
+// Why a pass lost one of these workers in the middle ("" when none did): that pass never
+// returns.
+std::string rpc_failure(const std::vector<std::string>& endpoints);
 
 // Serve this machine's devices (ggml names; empty: the GPUs, else the CPU) at HOST:PORT until
 // the process ends. Throws UserError(InvalidParameter) for an unknown device.

@@ -315,7 +315,7 @@ class Engine:
         engine thread, waiting forever (the core parks ggml's connection thread instead of
         letting ggml abort: csrc/rpc.h). Fail what waits and refuse what comes."""
         while not self._stopped.wait(0.25):
-            failure = _core.rpc_failure()
+            failure = _core.rpc_failure(list(self.options.rpc))
             if failure:
                 error = RemoteWorkerError(failure[0].upper() + failure[1:])
                 with self._lock:

@@ -24,7 +24,8 @@ def test_a_worker_killed_mid_generation_is_an_error_and_the_server_stays_up(
         try:
             lines: list[str] = []
             streaming = threading.Event()
-            body = {"prompt": "the cat sat on the mat.", "stream": True, **LONG}
+            model = httpx.get(f"{base}/v1/models").json()["data"][0]["id"]
+            body = {"model": model, "prompt": "the cat sat on the mat.", "stream": True, **LONG}
             reader = threading.Thread(target=stream_lines,
                                       args=(f"{base}/v1/completions", body, lines, streaming))
             reader.start()
@@ -38,12 +39,13 @@ def test_a_worker_killed_mid_generation_is_an_error_and_the_server_stays_up(
             events = [json.loads(line.removeprefix("data: ")) for line in lines
                       if line.startswith("data: {")]
             error = events[-1]["error"]["message"]
+            print(error)
             assert f"RPC worker at {killed}" in error and "rpc-worker" in error
             assert sum(len(e["choices"][0]["text"]) for e in events[:-1] if "choices" in e) > 0
 
             assert httpx.get(f"{base}/health", timeout=10).status_code == 200
             later = httpx.post(f"{base}/v1/completions", timeout=60,
-                               json={"prompt": "hello", "max_tokens": 4})
+                               json={"model": model, "prompt": "hello", "max_tokens": 4})
             assert later.status_code == 503
             assert f"RPC worker at {killed}" in later.json()["error"]["message"]
             assert process.poll() is None  # still serving
