@@ -4,6 +4,7 @@ remote device; bad --rpc values and unreachable workers as one sentence with exi
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,8 +13,10 @@ import pytest
 
 from localspec.cli import main
 from localspec.engine import Engine
-from localspec.errors import InvalidParameterError, RemoteWorkerError
+from localspec.errors import InvalidParameterError, LocalspecError, RemoteWorkerError
 from localspec.loading import LoadOptions
+from localspec.registry import load_registry
+from localspec.remote_plan import split_layers
 from tests.rpc_workers import workers
 from tests.test_server_cli import free_port
 
@@ -45,6 +48,12 @@ def test_output_over_two_workers_equals_the_single_process_run(
     log = capfd.readouterr().err
     # llama.cpp's load log: both remote devices hold target weights.
     assert all(f"[{endpoint}] model buffer size" in log for endpoint in endpoints)
+    # ... split as localspec plan says (two workers with the same free memory).
+    assigned = re.findall(r"layer +(\d+) assigned to device (RPC\d+)", log)
+    devices = sorted({device for _, device in assigned})
+    split = split_layers(len(assigned), [1, 1])
+    assert [devices.index(device) for _, device in assigned] == [
+        index for index, r in enumerate(split) for _ in r]
     assert spread.tokens == alone
     if drafter == "ngram":
         assert spread.stats.accepted > 0  # speculation really ran over the workers
@@ -134,3 +143,21 @@ def test_a_build_without_rpc_says_how_to_install_it(
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1
     assert 'CMAKE_ARGS="-DGGML_RPC=on"' in error and "llama-cpp-python==0.3.36" in error
+
+
+def test_split_layers_is_llama_cpps_rule() -> None:
+    # n_layer + 1 slots (the output layer last) in proportion to free memory.
+    assert split_layers(5, [1, 1]) == [range(0, 3), range(3, 5)]
+    assert split_layers(18, [3, 1]) == [range(0, 15), range(15, 18)]
+    assert split_layers(4, [1, 1, 1, 1, 1]) == [range(0, 1), range(1, 2), range(2, 3),
+                                                 range(3, 4), range(0)]
+
+
+def test_a_models_toml_pair_takes_rpc(tmp_path: Path) -> None:
+    user = tmp_path / "models.toml"
+    pair = '[pairs.spread]\ntarget = "t.gguf"\n'
+    user.write_text(pair + 'rpc = ["10.0.0.2:50052", "10.0.0.3:50052"]\n')
+    assert load_registry(user).pair("spread").rpc == ("10.0.0.2:50052", "10.0.0.3:50052")
+    user.write_text(pair + 'rpc = ["10.0.0.2"]\n')
+    with pytest.raises(LocalspecError, match=r"\[pairs.spread\] rpc = \['10.0.0.2'\] is invalid"):
+        load_registry(user)
