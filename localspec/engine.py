@@ -37,7 +37,8 @@ _T = TypeVar("_T")
 
 class HandleListener(Protocol):
     """Takes a handle's events as they happen, on the engine thread, instead of its queue (the
-    server's bridge to asyncio: localspec.server.bridge). Must return at once."""
+    server's bridge to asyncio: localspec.server.bridge). Must return at once. (The end of a
+    generation whose RPC worker was lost mid-pass comes from the engine's watcher thread.)"""
 
     def on_chunk(self, chunk: Chunk) -> None: ...
 
