@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,7 +31,6 @@ from localspec.plan_table import render_plan
 
 if TYPE_CHECKING:
     from localspec.remote_plan import RemotePlacement
-    from localspec.rpc import RemoteDevice
 
 # KV cache element types: elements per block, bytes per block (ggml type traits).
 KV_TYPES: dict[str, tuple[int, int]] = {
@@ -393,11 +391,9 @@ def plan_from_files(
     draft_n_ctx: int | None = None,
     fast_head: bool = True,
     n_seq: int = 1,
-    remote: Sequence[RemoteDevice] = (),
 ) -> Plan:
     """Plan a pair straight from GGUF files. ``device=None``: the CPU with ``budget_bytes``
-    (default: available RAM); with a device, ``budget_bytes`` caps its free memory. ``remote``:
-    RPC workers' devices that take the target's layers first (localspec.remote_plan)."""
+    (default: available RAM); with a device, ``budget_bytes`` caps its free memory."""
     if device is None:
         device = default_device(budget_bytes)
     elif budget_bytes is not None:
@@ -405,10 +401,5 @@ def plan_from_files(
     target = model_memory(target_path, fast_head=fast_head)
     draft = model_memory(draft_path, fast_head=fast_head) if draft_path is not None else None
     host = system_memory_available() if device.kind == "gpu" else None
-    plan = plan_pair(target, draft, device, n_ctx, kv_type, draft_n_ctx=draft_n_ctx,
+    return plan_pair(target, draft, device, n_ctx, kv_type, draft_n_ctx=draft_n_ctx,
                      host_free_bytes=host, n_seq=n_seq)
-    if not remote:
-        return plan
-    from localspec.remote_plan import with_remote
-
-    return with_remote(plan, target, remote)

@@ -9,6 +9,7 @@ input embeddings stay local, and so does the drafter. ``split_layers`` is that r
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -106,6 +107,17 @@ def with_remote(plan: Plan, target: ModelMemory, remote: Sequence[RemoteDevice])
                   f"{format_bytes(room)} is usable: add a worker, or shorten the context with "
                   "--ctx.")
     return replace(plan, target=local, remote=placements, fits=reason is None, reason=reason)
+
+
+def spread(plan: Plan, target_path: str | os.PathLike[str], remote: Sequence[RemoteDevice], *,
+           fast_head: bool = True) -> Plan:
+    """``with_remote`` for the target at ``target_path`` (its GGUF header is read); ``plan``
+    unchanged without remote devices."""
+    from localspec.planner import model_memory
+
+    if not remote:
+        return plan
+    return with_remote(plan, model_memory(target_path, fast_head=fast_head), remote)
 
 
 def remote_lines(plan: Plan) -> list[str]:

@@ -21,6 +21,7 @@ from localspec.model_kind import ModelKind
 from localspec.plan_table import parse_size
 from localspec.plan_table import plan_summary as plan_summary  # re-exported for the chat UI
 from localspec.planner import KV_TYPES, Plan, plan_from_files
+from localspec.remote_plan import spread
 from localspec.rpc import parse_endpoints, remote_devices
 from localspec.types import DraftMax, GenerationParams, parse_draft_max
 
@@ -186,8 +187,9 @@ def plan_for(
     spec = DrafterSpec.parse(drafter)
     budget_bytes = parse_size(budget) if isinstance(budget, str) else budget
     n_seq, _ = parallel_in_effect(parallel, spec, exact)
-    return plan_from_files(target, spec.path, n_ctx, budget_bytes, kv_type, fast_head=fast_head,
-                           n_seq=n_seq, remote=remote_devices(rpc) if rpc else ())
+    plan = plan_from_files(target, spec.path, n_ctx, budget_bytes, kv_type, fast_head=fast_head,
+                           n_seq=n_seq)
+    return spread(plan, target, remote_devices(rpc) if rpc else (), fast_head=fast_head)
 
 
 def plan_choice(args: argparse.Namespace, choice: ModelChoice,

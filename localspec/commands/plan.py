@@ -18,6 +18,7 @@ from localspec.planner import (
     plan_from_files,
 )
 from localspec.registry import load_registry
+from localspec.remote_plan import spread
 from localspec.rpc import remote_devices
 
 
@@ -74,8 +75,9 @@ def make_plan(args: argparse.Namespace) -> tuple[str, Plan]:
     n_seq, _ = parallel_in_effect(_checked_parallel(args.parallel), draft, exact=False)
     rpc = args.rpc if args.rpc is not None else (pair.rpc if pair else ())
     plan = plan_from_files(target_path, draft.path, n_ctx, None, args.kv_type, device=device,
-                           fast_head=not args.llama_head, n_seq=n_seq,
-                           remote=remote_devices(rpc) if rpc else ())
+                           fast_head=not args.llama_head, n_seq=n_seq)
+    plan = spread(plan, target_path, remote_devices(rpc) if rpc else (),
+                  fast_head=not args.llama_head)
     label = pair.name if pair and not (args.target or args.draft) else f"{target} + {drafter}"
     return label, plan
 
