@@ -161,3 +161,19 @@ def test_a_models_toml_pair_takes_rpc(tmp_path: Path) -> None:
     user.write_text(pair + 'rpc = ["10.0.0.2"]\n')
     with pytest.raises(LocalspecError, match=r"\[pairs.spread\] rpc = \['10.0.0.2'\] is invalid"):
         load_registry(user)
+
+
+def test_a_worker_on_a_non_loopback_address_warns() -> None:
+    port = free_port()
+    worker = subprocess.Popen([*_cli(), "rpc-worker", "--host", "0.0.0.0", "--port", str(port),
+                               "--threads", "1"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert worker.stderr is not None
+        warning = worker.stderr.readline()
+        banner = worker.stderr.readline()
+    finally:
+        worker.kill()
+        worker.wait()
+    assert "no authentication and no encryption" in warning and "trusted network" in warning
+    assert f"at 0.0.0.0:{port}" in banner
