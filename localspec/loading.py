@@ -79,6 +79,11 @@ class LoadOptions:
         rule = endpoints_violation(self.rpc)
         if rule is not None:
             raise InvalidParameterError(f"rpc={self.rpc!r} is invalid: {rule}.")
+        if self.rpc and self.exact:
+            raise InvalidParameterError(
+                "exact mode cannot run layers on RPC workers yet (each worker picks its own "
+                "kernels); leave out --exact or --rpc."
+            )
 
 
 MAX_PARALLEL = 64  # LoadOptions.parallel

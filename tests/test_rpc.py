@@ -109,6 +109,8 @@ def test_load_options_own_the_rule() -> None:
     with pytest.raises(InvalidParameterError, match="rpc="):
         LoadOptions(target="t.gguf", rpc=("localhost",)).validate()
     LoadOptions(target="t.gguf", rpc=("localhost:50052", "10.0.0.2:50052")).validate()
+    with pytest.raises(InvalidParameterError, match="exact mode cannot run layers on RPC"):
+        LoadOptions(target="t.gguf", rpc=("localhost:50052",), exact=True).validate()
 
 
 def test_a_busy_worker_is_a_clear_error(tiny_model_path: Path) -> None:
