@@ -19,6 +19,7 @@
 #include "mtp_drafter.h"
 #include "q6k_head.h"
 #include "q8_head.h"
+#include "rpc.h"
 #include "vocab_check.h"
 #include "errors.h"
 
@@ -258,7 +259,7 @@ py::array_t<float> head_logits(const py::array_t<uint8_t, py::array::c_style>& b
 
 void translate_user_error(const UserError& e) {
     static const char* names[] = {"ModelLoadError", "VocabMismatchError", "PromptTooLongError",
-                                  "InvalidParameterError"};
+                                  "InvalidParameterError", "RemoteWorkerError", "RpcUnavailableError"};
     py::object cls = py::module_::import("localspec.errors").attr(names[static_cast<int>(e.kind)]);
     PyErr_SetString(cls.ptr(), e.what());
 }
@@ -285,6 +286,7 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("n_threads", &EngineOptions::n_threads)
         .def_readwrite("n_gpu_layers_target", &EngineOptions::n_gpu_layers_target)
         .def_readwrite("n_gpu_layers_draft", &EngineOptions::n_gpu_layers_draft)
+        .def_readwrite("rpc", &EngineOptions::rpc)
         .def_readwrite("draft_sampling", &EngineOptions::draft_sampling)
         .def_readwrite("ngram_min", &EngineOptions::ngram_min)
         .def_readwrite("ngram_max", &EngineOptions::ngram_max)
@@ -649,4 +651,38 @@ PYBIND11_MODULE(_core, m) {
         }
         return out;
     });
+    // RPC workers (rpc.h)
+    m.def("rpc_supported", [] {
+        backend_init(false);
+        return rpc_supported();
+    });
+    m.def("rpc_install_hint", &rpc_install_hint);
+    m.def("rpc_failure", &rpc_failure, py::arg("endpoints"));
+    m.def("remote_devices", [](const std::vector<std::string>& endpoints) {
+        backend_init(false);
+        std::vector<RemoteDeviceInfo> found;
+        {
+            py::gil_scoped_release release;
+            found = remote_devices(endpoints);
+        }
+        py::list out;
+        for (const RemoteDeviceInfo& d : found) {
+            py::dict item;
+            item["endpoint"] = d.endpoint;
+            item["name"] = d.name;
+            item["free_bytes"] = d.free_bytes;
+            item["total_bytes"] = d.total_bytes;
+            out.append(item);
+        }
+        return out;
+    }, py::arg("endpoints"));
+    m.def("default_worker_devices", [] {
+        backend_init(false);
+        return default_worker_devices();
+    });
+    m.def("serve_rpc_worker", [](const std::string& endpoint, const std::vector<std::string>& devices, int n_threads) {
+        backend_init(false);
+        py::gil_scoped_release release;
+        serve_rpc_worker(endpoint, devices, n_threads);
+    }, py::arg("endpoint"), py::arg("devices"), py::arg("n_threads"));
 }

@@ -35,6 +35,7 @@ std::shared_ptr<Model> load_target(const EngineOptions& options) {
     ModelOptions model{options.target_path, options.n_gpu_layers_target};
     model.repack = options.repack && !options.exact;
     model.load_mtp = options.drafter == "mtp";
+    model.rpc = options.rpc;
     return std::make_shared<Model>(model);
 }
 

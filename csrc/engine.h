@@ -34,6 +34,7 @@ struct EngineOptions {
     int n_threads = 0;
     int n_gpu_layers_target = -1;
     int n_gpu_layers_draft = -1;
+    std::vector<std::string> rpc;  // RPC workers for the target's layers (ModelOptions::rpc)
     bool draft_sampling = true;  // model drafter samples from q at temperature > 0
     int ngram_min = 2;
     int ngram_max = 4;

@@ -7,7 +7,7 @@
 
 namespace localspec {
 
-enum class ErrorKind { ModelLoad, VocabMismatch, PromptTooLong, InvalidParameter };
+enum class ErrorKind { ModelLoad, VocabMismatch, PromptTooLong, InvalidParameter, RemoteWorker, RpcUnavailable };
 
 struct UserError : std::runtime_error {
     ErrorKind kind;

@@ -21,6 +21,7 @@
 #include "graph_tap.h"
 #include "head_common.h"
 #include "head_hook.h"
+#include "rpc.h"
 
 namespace localspec {
 
@@ -80,8 +81,11 @@ void backend_init(bool verbose) {
 struct Model::Impl {
     llama_model* model = nullptr;
     const llama_vocab* vocab = nullptr;
+    std::vector<std::string> rpc;  // ModelOptions::rpc
     ~Impl() {
-        if (model) llama_model_free(model);
+        // Freeing a model talks to its workers: after one failed, ggml would abort, so the
+        // model is left allocated (rpc.h).
+        if (model && !rpc_failed(rpc)) llama_model_free(model);
     }
 };
 
@@ -103,6 +107,39 @@ void check_gguf_file(const std::string& path) {
     }
 }
 
+// The local devices llama.cpp would offload to by default (discrete GPUs, else integrated
+// ones), never an RPC device.
+std::vector<ggml_backend_dev_t> local_offload_devices() {
+    std::vector<ggml_backend_dev_t> gpus, igpus;
+    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+        ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+        if (std::strcmp(ggml_backend_reg_name(ggml_backend_dev_backend_reg(dev)), "RPC") == 0) continue;
+        if (ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_GPU) gpus.push_back(dev);
+        if (ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_IGPU) igpus.push_back(dev);
+    }
+    return gpus.empty() ? igpus : gpus;
+}
+
+// Where a model spread over RPC workers goes: their devices first, then the local GPUs (the
+// last device gets the output layer); without a local GPU the output layer is pinned to host
+// memory. Both lists end with their terminator and must outlive the load.
+struct RemotePlacement {
+    std::vector<ggml_backend_dev_t> devices;
+    std::vector<llama_model_tensor_buft_override> overrides;
+
+    void apply(const std::vector<std::string>& endpoints, llama_model_params& params) {
+        devices = attach_rpc(endpoints);
+        const std::vector<ggml_backend_dev_t> local = local_offload_devices();
+        devices.insert(devices.end(), local.begin(), local.end());
+        devices.push_back(nullptr);
+        params.devices = devices.data();
+        if (local.empty()) {
+            overrides = {{"^(output|output_norm|token_embd)\\.", ggml_backend_cpu_buffer_type()}, {nullptr, nullptr}};
+            params.tensor_buft_overrides = overrides.data();
+        }
+    }
+};
+
 }  // namespace
 
 Model::Model(const ModelOptions& options) : impl_(std::make_unique<Impl>()), path_(options.path) {
@@ -112,6 +149,11 @@ Model::Model(const ModelOptions& options) : impl_(std::make_unique<Impl>()), pat
     params.vocab_only = options.vocab_only;
     params.use_extra_bufts = options.repack;
     params.load_mtp = options.load_mtp;
+    RemotePlacement remote;
+    if (!options.rpc.empty() && !options.vocab_only) {
+        remote.apply(options.rpc, params);
+        impl_->rpc = options.rpc;
+    }
 
     take_last_error();
     impl_->model = llama_model_load_from_file(path_.c_str(), params);
@@ -308,9 +350,10 @@ struct Context::Impl {
     struct {
         int front = 0, back = 0;  // output rows added before / after the asked-for ones
     } padding;  // of the last decode's last piece
+    std::vector<std::string> rpc;  // the model's RPC workers (checked before every pass)
     ~Impl() {
         if (batch.token) llama_batch_free(batch);
-        if (ctx) llama_free(ctx);
+        if (ctx && !rpc_failed(rpc)) llama_free(ctx);  // see Model::Impl
     }
 };
 
@@ -362,7 +405,8 @@ bool has_sgemm_matrices(const Model& model) {
     return file_type == "0" || file_type == "1" || file_type == "32";
 }
 
-void run_decode(llama_context* ctx, llama_batch& batch) {
+void run_decode(llama_context* ctx, llama_batch& batch, const std::vector<std::string>& rpc) {
+    check_rpc_alive(rpc);  // a worker that hung up: an error here, not an abort inside ggml
     decoded_once().store(true);
     const int32_t rc = llama_decode(ctx, batch);
     if (rc != 0) {
@@ -462,6 +506,8 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
         params.cb_eval_user_data = &impl_->hooks;
     }
     impl_->n_threads = threads;
+    impl_->rpc = model.impl_->rpc;
+    check_rpc_alive(impl_->rpc);
     take_last_error();
     impl_->ctx = llama_init_from_model(model.impl_->model, params);
     if (!impl_->ctx) {
@@ -523,7 +569,7 @@ void Context::decode(const std::vector<Token>& tokens, int n_logits, int seq) {
         const Padding pad = impl_->pad_rows ? pad_batch(batch) : Padding{};
         const bool one_graph = batch.n_tokens <= impl_->n_ubatch;
         if (impl_->fast_head) impl_->hook.before_decode(last && one_graph && n > first_logit);
-        run_decode(impl_->ctx, batch);
+        run_decode(impl_->ctx, batch, impl_->rpc);
         if (pad.extra_token) llama_memory_seq_rm(llama_get_memory(impl_->ctx), seq, batch.pos[batch.n_tokens - 1], -1);
         if (last) impl_->padding = {pad.front, pad.back};
         kv.insert(kv.end(), tokens.begin() + static_cast<long>(start), tokens.begin() + static_cast<long>(end));
@@ -558,7 +604,7 @@ void Context::decode_rows(const std::vector<SeqRows>& pieces) {
         }
     }
     if (impl_->fast_head) impl_->hook.before_decode(total <= impl_->n_ubatch);
-    run_decode(impl_->ctx, batch);
+    run_decode(impl_->ctx, batch, impl_->rpc);
     for (const SeqRows& piece : pieces) {
         std::vector<Token>& kv = kv_.at(static_cast<size_t>(piece.seq));
         kv.insert(kv.end(), piece.tokens.begin(), piece.tokens.end());

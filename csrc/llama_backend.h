@@ -26,6 +26,10 @@ struct ModelOptions {
     // Load the model's MTP (NextN) layers too (llama.cpp skips them by default): the MTP
     // drafter runs them in its own context (MtpContext).
     bool load_mtp = false;
+    // RPC workers (HOST:PORT, rpc.h) lending devices: the layers are spread over their devices
+    // first, then the local GPUs; the output layer stays local (in host memory when there is no
+    // local GPU, where localspec's own head reads it).
+    std::vector<std::string> rpc;
 };
 
 struct VocabInfo {

@@ -29,6 +29,7 @@ BUILTIN_COMMANDS = (
     "localspec.commands.convert_head",
     "localspec.commands.train_head",
     "localspec.commands.bench",
+    "localspec.commands.rpc_worker",
 )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -26,7 +27,7 @@ import numpy as np
 from localspec import _core
 from localspec.drafter_spec import DrafterSpec
 from localspec.engine_loop import EngineLoop, Job, PassReport
-from localspec.errors import EngineClosedError, QueueFullError
+from localspec.errors import EngineClosedError, LocalspecError, QueueFullError, RemoteWorkerError
 from localspec.loading import LoadOptions, open_core
 from localspec.types import Chunk, EngineInfo, GenerationParams, GenerationResult
 
@@ -36,7 +37,8 @@ _T = TypeVar("_T")
 
 class HandleListener(Protocol):
     """Takes a handle's events as they happen, on the engine thread, instead of its queue (the
-    server's bridge to asyncio: localspec.server.bridge). Must return at once."""
+    server's bridge to asyncio: localspec.server.bridge). Must return at once. (The end of a
+    generation whose RPC worker was lost mid-pass comes from the engine's watcher thread.)"""
 
     def on_chunk(self, chunk: Chunk) -> None: ...
 
@@ -130,6 +132,12 @@ class Engine:
         self._core: _core.Core = core
         self.info: EngineInfo = info
         self.options = options
+        self._live: weakref.WeakSet[RequestHandle] = weakref.WeakSet()
+        self._broken: LocalspecError | None = None
+        self._stopped = threading.Event()
+        if options.rpc:
+            threading.Thread(target=self._watch_workers, name="localspec-rpc-watch",
+                             daemon=True).start()
 
     @classmethod
     def load(
@@ -171,6 +179,8 @@ class Engine:
         params.validate()
         handle = RequestHandle(prompt, params, listener)
         with self._lock:
+            if self._broken is not None:
+                raise self._broken
             if self._closed:
                 raise EngineClosedError("The engine is closed; load a new one.")
             if self._pending >= self._max_queue:
@@ -178,6 +188,7 @@ class Engine:
                     f"{self._pending} requests are already waiting; retry when one has finished."
                 )
             self._pending += 1
+            self._live.add(handle)
             self._requests.put(handle)
         return handle
 
@@ -248,6 +259,8 @@ class Engine:
     def _call(self, fn: Callable[[], _T]) -> _T:
         job = Job(fn)
         with self._lock:
+            if self._broken is not None:
+                raise self._broken
             if self._closed:
                 raise EngineClosedError("The engine is closed; load a new one.")
             self._requests.put(job)
@@ -278,6 +291,7 @@ class Engine:
             if self._closed:
                 return
             self._closed = True
+            self._stopped.set()
         self._requests.put(None)
         self._thread.join()  # the engine thread frees the contexts on its way out
 
@@ -296,6 +310,21 @@ class Engine:
         core, info = load.future.result()
         EngineLoop(core, info, self._requests, self._request_done, self._pass_observers).run()
         core.close()  # the engine thread frees the contexts
+
+    def _watch_workers(self) -> None:
+        """With RPC workers: a worker lost in the middle of a pass leaves that pass, and so the
+        engine thread, waiting forever (the core parks ggml's connection thread instead of
+        letting ggml abort: csrc/rpc.h). Fail what waits and refuse what comes."""
+        while not self._stopped.wait(0.25):
+            failure = _core.rpc_failure(list(self.options.rpc))
+            if failure:
+                error = RemoteWorkerError(failure[0].upper() + failure[1:])
+                with self._lock:
+                    self._broken, self._closed = error, True
+                    handles = [h for h in self._live if not h._finished.is_set()]
+                for handle in handles:
+                    handle._finish(None, error)
+                return
 
     def _request_done(self) -> None:
         with self._lock:

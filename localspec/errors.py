@@ -40,3 +40,16 @@ class QueueFullError(LocalspecError):
     """Too many requests are waiting for the engine."""
 
     status_code = 429
+
+
+class RemoteWorkerError(LocalspecError):
+    """An RPC worker (``--rpc``) cannot be reached, is busy, speaks another protocol version, or
+    dropped its connection."""
+
+    status_code = 503
+
+
+class RpcUnavailableError(LocalspecError):
+    """The installed llama-cpp-python build has no RPC backend."""
+
+    status_code = 501

@@ -13,6 +13,7 @@ from localspec.drafter_spec import AUTO, MTP, NGRAM, NO_DRAFTER, DrafterSpec
 from localspec.errors import InvalidParameterError, ModelLoadError
 from localspec.gguf_reader import read_gguf
 from localspec.planner import KV_TYPES
+from localspec.rpc import endpoints_violation, require_rpc
 from localspec.types import EngineInfo
 
 # Architectures of draft heads: they borrow the target's embeddings and cannot run alone.
@@ -59,6 +60,9 @@ class LoadOptions:
     # Generations that run together, sharing each target pass (batched serving; the server's
     # --parallel). A drafter that runs a model, or exact mode, serves one at a time.
     parallel: int = 1
+    # RPC workers (HOST:PORT) lending devices for the target's layers (docs/rpc.md): remote
+    # devices first, then local GPUs; the drafter and the output layer stay local.
+    rpc: tuple[str, ...] = ()
     verbose: bool = False
 
     def __post_init__(self) -> None:
@@ -72,6 +76,14 @@ class LoadOptions:
             rule = load_rule_violation(name, getattr(self, name))
             if rule is not None:
                 raise InvalidParameterError(f"{name}={getattr(self, name)!r} is invalid: {rule}.")
+        rule = endpoints_violation(self.rpc)
+        if rule is not None:
+            raise InvalidParameterError(f"rpc={self.rpc!r} is invalid: {rule}.")
+        if self.rpc and self.exact:
+            raise InvalidParameterError(
+                "exact mode cannot run layers on RPC workers yet (each worker picks its own "
+                "kernels); leave out --exact or --rpc."
+            )
 
 
 MAX_PARALLEL = 64  # LoadOptions.parallel
@@ -204,6 +216,8 @@ def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:
     """Load the target and drafter. Raises a LocalspecError for every user mistake."""
     _check_options(options)
     options = resolve_auto(options)
+    if options.rpc:
+        require_rpc()
     check_draft_memory(options)
     core_options = _core.EngineOptions()
     core_options.target_path = options.target
@@ -211,6 +225,7 @@ def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:
     core_options.n_ctx = options.n_ctx
     core_options.n_threads = options.n_threads or 0
     core_options.n_gpu_layers_target = options.n_gpu_layers
+    core_options.rpc = list(options.rpc)
     core_options.n_gpu_layers_draft = (
         options.n_gpu_layers if options.n_gpu_layers_draft is None else options.n_gpu_layers_draft
     )

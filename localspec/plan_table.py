@@ -75,6 +75,9 @@ def render_plan(plan: Plan) -> str:
     verdict = "fits" if plan.fits else "does NOT fit"
     lines.append(f"Total: {format_bytes(total)} of {format_bytes(plan.device.free_bytes)} "
                  f"(reserve included): {verdict}.")
+    from localspec.remote_plan import remote_lines
+
+    lines += remote_lines(plan)
     if plan.reason:
         lines.append(plan.reason)
     lines += [f"warning: {w}" for w in plan.warnings]
@@ -106,4 +109,7 @@ def plan_summary(plan: Plan) -> str:
         if plan.draft is not None:
             parts.append(f"draft {format_bytes(plan.draft.device_bytes)}")
         text = f"CPU RAM: {used} of {budget} ({', '.join(parts)})"
+    if plan.remote:
+        moved = sum(p.n_layers for p in plan.remote)
+        text += f", {moved} target layers on {len(plan.remote)} remote devices"
     return text if plan.fits else f"{text}: does NOT fit"

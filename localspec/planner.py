@@ -15,7 +15,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from localspec.devices import Device as Device  # re-exported with the device queries
 from localspec.devices import choose_device as choose_device
@@ -28,6 +28,9 @@ from localspec.plan_table import MiB as MiB
 from localspec.plan_table import format_bytes as format_bytes
 from localspec.plan_table import parse_size as parse_size
 from localspec.plan_table import render_plan
+
+if TYPE_CHECKING:
+    from localspec.remote_plan import RemotePlacement
 
 # KV cache element types: elements per block, bytes per block (ggml type traits).
 KV_TYPES: dict[str, tuple[int, int]] = {
@@ -206,6 +209,7 @@ class Plan:
     fits: bool
     reason: str | None = None
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    remote: tuple[RemotePlacement, ...] = ()  # target layers on RPC workers (remote_plan)
 
     @property
     def device_bytes(self) -> int:

@@ -86,6 +86,7 @@ class PairEntry:
     stop: tuple[str, ...] = ()  # strings that end a chat reply (for chat_template)
     description: str = ""
     origin: str = ""
+    rpc: tuple[str, ...] = ()  # RPC workers for the target (LoadOptions.rpc)
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ class ResolvedPair:
     temperature: float
     chat_template: str | None
     stop: tuple[str, ...] = ()
+    rpc: tuple[str, ...] = ()
 
 
 def _bad(origin: str, section: str, what: str) -> LocalspecError:
@@ -120,7 +122,7 @@ def _parse_pair(name: str, table: Any, origin: Path) -> PairEntry:
     entry: PairTable = read_table(PairTable, table, str(origin), f"pairs.{name}")
     return PairEntry(name, entry.target, DrafterSpec.parse(entry.drafter), entry.typed_draft_max,
                      entry.n_ctx, float(entry.temperature), entry.chat_template,
-                     tuple(entry.stop), entry.description, str(origin))
+                     tuple(entry.stop), entry.description, str(origin), tuple(entry.rpc))
 
 
 def _read_file(path: Path) -> dict[str, Any]:
@@ -232,7 +234,7 @@ class Registry:
         target = self.resolve_model(pair.target, download=download)
         drafter = self.resolve_drafter(pair.drafter, download=download)
         return ResolvedPair(pair.name, target, drafter, pair.draft_max, pair.n_ctx,
-                            pair.temperature, pair.chat_template, pair.stop)
+                            pair.temperature, pair.chat_template, pair.stop, pair.rpc)
 
 
 def load_registry(user_file: str | os.PathLike[str] | None = None) -> Registry:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from localspec.drafter_spec import DrafterSpec
 from localspec.errors import LocalspecError
 from localspec.loading import DEFAULT_N_CTX, load_rule_violation
+from localspec.rpc import endpoints_violation
 from localspec.types import DraftMax, GenerationParams, generation_rule_violation
 
 MODEL_KINDS = ("base", "instruct")
@@ -47,6 +48,7 @@ class PairTable(_Table):
     temperature: float = GenerationParams.temperature
     chat_template: str | None = None
     stop: list[str] = Field(default_factory=list)  # strings that end a chat reply
+    rpc: list[str] = Field(default_factory=list)  # RPC workers for the target (LoadOptions.rpc)
     description: str = ""
 
     @field_validator("draft_max", "temperature", "stop")
@@ -61,6 +63,14 @@ class PairTable(_Table):
     @classmethod
     def _load(cls, value: int) -> int:
         rule = load_rule_violation("n_ctx", value)
+        if rule is not None:
+            raise ValueError(rule)
+        return value
+
+    @field_validator("rpc")
+    @classmethod
+    def _rpc(cls, value: list[str]) -> list[str]:
+        rule = endpoints_violation(tuple(value))
         if rule is not None:
             raise ValueError(rule)
         return value

@@ -21,6 +21,8 @@ from localspec.model_kind import ModelKind
 from localspec.plan_table import parse_size
 from localspec.plan_table import plan_summary as plan_summary  # re-exported for the chat UI
 from localspec.planner import KV_TYPES, Plan, plan_from_files
+from localspec.remote_plan import spread
+from localspec.rpc import parse_endpoints, remote_devices
 from localspec.types import DraftMax, GenerationParams, parse_draft_max
 
 
@@ -37,6 +39,7 @@ class ModelChoice:
     label: str  # for display: the pair name or the target file name
     stop: tuple[str, ...] = ()  # the pair's chat stop strings (models.toml)
     kind: ModelKind = ModelKind()  # base or instruct, as models.toml says (else unknown)
+    rpc: tuple[str, ...] = ()  # RPC workers for the target (--rpc, else the pair's)
 
     def defaults(self) -> GenerationParams:
         """Generation parameters with the pair's draft length and temperature (when it has
@@ -51,6 +54,15 @@ def draft_max_arg(text: str) -> DraftMax:
         return parse_draft_max(text)
     except InvalidParameterError as error:
         raise argparse.ArgumentTypeError(str(error).rstrip(".")) from None
+
+
+def rpc_arg(text: str) -> tuple[str, ...]:
+    """argparse's converter for ``--rpc`` (localspec.rpc owns the rule)."""
+    try:
+        return parse_endpoints(text)
+    except InvalidParameterError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix(f"--rpc {text!r} is invalid: ")
+                                         .rstrip(".")) from None
 
 
 class _DeprecatedAlias(argparse.Action):
@@ -98,6 +110,10 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, positional_pair: boo
     group.add_argument("--llama-head", action="store_true",
                        help="compute logits with llama.cpp's own output head (default: "
                        "localspec's faster CPU head where it applies)")
+    group.add_argument("--rpc", type=rpc_arg, default=None, metavar="HOST:PORT[,HOST:PORT...]",
+                       help="spread the target's layers over these `localspec rpc-worker`s "
+                       "(docs/rpc.md); the drafter and the output layer stay local (default: "
+                       "the pair's, else none)")
     if not loads:
         return
     group.add_argument("--exact", action="store_true",
@@ -141,13 +157,14 @@ def choose_models(args: argparse.Namespace) -> ModelChoice:
         drafter = known.resolve_drafter(args.draft)
         return ModelChoice(target, drafter, args.ctx or DEFAULT_N_CTX, GenerationParams.draft_max,
                            None, None, args.target,
-                           kind=known.kind_of(args.target))
+                           kind=known.kind_of(args.target), rpc=args.rpc or ())
     pair = known.resolve_pair(pair_wanted)
     drafter = known.resolve_drafter(args.draft) if args.draft else pair.drafter
     return ModelChoice(
         str(pair.target), drafter, args.ctx or pair.n_ctx, pair.draft_max, pair.temperature,
         pair.chat_template, pair.name,
         stop=pair.stop, kind=known.kind_of(known.pair(pair.name).target),
+        rpc=args.rpc if args.rpc is not None else pair.rpc,
     )
 
 
@@ -161,17 +178,20 @@ def plan_for(
     kv_type: str = LoadOptions.kv_type,
     parallel: int = LoadOptions.parallel,
     exact: bool = LoadOptions.exact,
+    rpc: tuple[str, ...] = (),
 ) -> Plan:
     """The memory plan for a target and a drafter (a DrafterSpec or its spelling); ``budget``
     is bytes or a size such as "8GiB" (default: the GPU's free memory, else available RAM).
     The target's KV cache holds the generations that will share its passes (``parallel`` where
-    it applies); "auto" is the drafter it resolves to. Reads the GGUF headers only; raises a
-    LocalspecError for a missing or broken file."""
+    it applies); "auto" is the drafter it resolves to. Reads the GGUF headers (and asks the
+    ``rpc`` workers for their free memory); raises a LocalspecError for a missing or broken file
+    or an unreachable worker."""
     spec = resolved_drafter(DrafterSpec.parse(drafter), str(target), exact=exact)
     budget_bytes = parse_size(budget) if isinstance(budget, str) else budget
     n_seq, _ = parallel_in_effect(parallel, spec, exact)
-    return plan_from_files(target, spec.path, n_ctx, budget_bytes, kv_type, fast_head=fast_head,
+    plan = plan_from_files(target, spec.path, n_ctx, budget_bytes, kv_type, fast_head=fast_head,
                            n_seq=n_seq, mtp=spec.kind == "mtp")
+    return spread(plan, target, remote_devices(rpc) if rpc else (), fast_head=fast_head)
 
 
 def plan_choice(args: argparse.Namespace, choice: ModelChoice,
@@ -180,7 +200,7 @@ def plan_choice(args: argparse.Namespace, choice: ModelChoice,
     ``--llama-head``, ``--kv-type`` and ``--exact``, and ``parallel`` generations (serve)."""
     return plan_for(choice.target, choice.drafter, choice.n_ctx, args.budget,
                     fast_head=not args.llama_head, kv_type=args.kv_type, parallel=parallel,
-                    exact=getattr(args, "exact", LoadOptions.exact))
+                    exact=getattr(args, "exact", LoadOptions.exact), rpc=choice.rpc)
 
 
 def load_options(args: argparse.Namespace, choice: ModelChoice, plan: Plan,
@@ -199,7 +219,8 @@ def load_options(args: argparse.Namespace, choice: ModelChoice, plan: Plan,
     options = LoadOptions(
         target=choice.target, draft=choice.drafter, n_ctx=choice.n_ctx, n_threads=args.threads,
         n_gpu_layers=layers, n_gpu_layers_draft=draft_layers, fast_head=not args.llama_head,
-        kv_type=args.kv_type, exact=getattr(args, "exact", False), verbose=args.verbose,
+        kv_type=args.kv_type, exact=getattr(args, "exact", False), rpc=choice.rpc,
+        verbose=args.verbose,
     )
     return replace(options, **overrides)
 

@@ -39,7 +39,7 @@ def limit_notes(args: argparse.Namespace, requested_ctx: int, info: EngineInfo,
                 gpu_backend: bool | None = None) -> list[str]:
     """The notes for a loaded engine (``gpu_backend``: None asks ggml)."""
     explicit = getattr(args, "n_gpu_layers", None)
-    if gpu_backend is None:
-        gpu_backend = explicit in (None, 0) or has_gpu_backend()
+    if gpu_backend is None:  # RPC workers take offloaded layers too
+        gpu_backend = explicit in (None, 0) or bool(getattr(args, "rpc", None)) or has_gpu_backend()
     notes = [context_note(requested_ctx, info), gpu_layers_note(explicit, gpu_backend)]
     return [note for note in notes if note is not None]

@@ -24,6 +24,8 @@ from localspec.planner import (
     plan_from_files,
 )
 from localspec.registry import load_registry
+from localspec.remote_plan import spread
+from localspec.rpc import remote_devices
 
 
 def register(subparsers: Any) -> None:
@@ -31,8 +33,9 @@ def register(subparsers: Any) -> None:
         "plan",
         help="show how target and draft share the memory budget",
         description="Read both GGUF headers and show which layers, KV caches and buffers go on "
-        "the device and what stays in host memory. Nothing is loaded or downloaded. Exits with "
-        "1 when the pair does not fit.",
+        "the device and what stays in host memory; with --rpc, which target layers each "
+        "worker's device would hold. Nothing is loaded or downloaded. Exits with 1 when the "
+        "pair does not fit.",
     )
     add_model_arguments(parser, positional_pair=True, loads=False)
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"),
@@ -76,9 +79,12 @@ def make_plan(args: argparse.Namespace) -> tuple[str, Plan]:
     target_path = registry.resolve_model(target, download=False)
     draft = resolved_drafter(registry.resolve_drafter(drafter, download=False), str(target_path))
     n_seq, _ = parallel_in_effect(_checked_parallel(args.parallel), draft, exact=False)
+    rpc = args.rpc if args.rpc is not None else (pair.rpc if pair else ())
     plan = plan_from_files(target_path, draft.path, n_ctx, None, args.kv_type, device=device,
                            fast_head=not args.llama_head, n_seq=n_seq,
                            mtp=draft.kind == "mtp")
+    plan = spread(plan, target_path, remote_devices(rpc) if rpc else (),
+                  fast_head=not args.llama_head)
     label = pair.name if pair and not (args.target or args.draft) else f"{target} + {drafter}"
     return label, plan
 

@@ -1,0 +1,78 @@
+"""`localspec rpc-worker`: lend this machine's devices to another localspec (docs/rpc.md)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+from typing import Any
+
+from localspec.errors import InvalidParameterError
+from localspec.rpc import DEFAULT_PORT, is_loopback, require_rpc
+
+INSECURE_BIND = (
+    "localspec: warning: {host} is not a loopback address: ggml's RPC protocol has no "
+    "authentication and no encryption, so anyone who can reach {host}:{port} can use this "
+    "machine's devices and read what runs on them; run it only inside a trusted network or "
+    "behind a tunnel (ssh -L, WireGuard)."
+)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "rpc-worker",
+        help="lend this machine's devices to another localspec (llama.cpp RPC)",
+        description="Serve this machine's devices over llama.cpp's RPC protocol, so that a "
+        "localspec on another machine can place target layers here (--rpc HOST:PORT there). "
+        "Serves one client at a time until stopped (Ctrl+C).",
+    )
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on; anything but loopback prints a security "
+                        "warning (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help="TCP port to listen on (default: %(default)s)")
+    parser.add_argument("--device", action="append", default=None, metavar="NAME",
+                        help="a ggml device to lend, repeatable or comma-separated, e.g. CUDA0 "
+                        "(default: every GPU, else the CPU)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads for a CPU device (default: all cores)")
+    parser.set_defaults(func=handler)
+
+
+def _devices(values: list[str] | None) -> list[str]:
+    return [name.strip() for value in values or [] for name in value.split(",") if name.strip()]
+
+
+def _check_port_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise InvalidParameterError(
+                f"cannot listen on {host}:{port} ({error.strerror}); pick another --port or "
+                "--host."
+            ) from None
+
+
+def handler(args: argparse.Namespace) -> int:
+    from localspec import _core
+
+    if not 1 <= args.port <= 65535:
+        raise InvalidParameterError(f"--port {args.port} is invalid: use 1 to 65535.")
+    if args.threads is not None and args.threads < 1:
+        raise InvalidParameterError(f"--threads {args.threads} is invalid: use 1 or more.")
+    require_rpc()
+    _check_port_free(args.host, args.port)
+    if not is_loopback(args.host):
+        print(INSECURE_BIND.format(host=args.host, port=args.port), file=sys.stderr)
+    devices = _devices(args.device)
+    shown = ", ".join(devices or _core.default_worker_devices())
+    print(f"localspec rpc-worker: lending {shown} at {args.host}:{args.port} "
+          "(Ctrl+C stops)", file=sys.stderr, flush=True)
+    # ggml's server loop never returns to Python: let Ctrl+C end the process directly.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    _core.serve_rpc_worker(f"{args.host}:{args.port}", devices, args.threads or os.cpu_count() or 1)
+    return 0

@@ -1,0 +1,74 @@
+"""A worker that dies under a loaded engine (issue 22, docs/rpc.md "How it works"): between two
+passes, the check before the next pass reports it; in the middle of a pass, ggml's abort is
+turned into a parked connection thread and the engine's watcher fails the request. Either way a
+RemoteWorkerError naming the worker, never an abort, and the engine refuses further work."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from localspec import _core
+from localspec.engine import Engine
+from localspec.errors import RemoteWorkerError
+from tests.rpc_workers import workers
+
+PROMPT = "the cat sat on the mat. the cat sat on the mat. the cat"
+GREEDY = {"max_tokens": 32, "temperature": 0.0, "ignore_eos": True}
+
+
+def unread_bytes(port: int) -> int:
+    """Bytes waiting in the receive queues of the worker's established connections (Linux's
+    /proc/net/tcp): a stopped worker leaves a pass's requests there."""
+    total = 0
+    with open("/proc/net/tcp", encoding="ascii") as table:
+        for line in list(table)[1:]:
+            fields = line.split()
+            local_port = int(fields[1].split(":")[1], 16)
+            if local_port == port and fields[3] == "01":
+                total += int(fields[4].split(":")[1], 16)
+    return total
+
+
+def test_a_worker_gone_between_passes_is_an_error_before_ggml_sees_it(
+    tiny_model_path: Path,
+) -> None:
+    with workers(2) as started:
+        (victim, killed), (_, other) = started
+        engine = Engine.load(tiny_model_path, draft="ngram", n_ctx=512, n_threads=1,
+                             rpc=(killed, other))
+        assert len(engine.generate(PROMPT, **GREEDY).tokens) == GREEDY["max_tokens"]
+        victim.kill()
+        victim.wait()
+        with pytest.raises(RemoteWorkerError, match=f"RPC worker at {killed} closed"):
+            engine.generate(PROMPT, **GREEDY)
+        with pytest.raises(RemoteWorkerError, match=killed):  # and every later request
+            engine.generate("again", max_tokens=2)
+        assert _core.rpc_failure([killed, other]) == ""  # no pass was left waiting
+        engine.close()  # frees nothing on the workers (that would abort): returns
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux's /proc/net/tcp")
+def test_a_worker_lost_in_the_middle_of_a_pass_fails_the_request(tiny_model_path: Path) -> None:
+    with workers(2) as started:
+        (victim, killed), (_, other) = started
+        engine = Engine.load(tiny_model_path, draft="ngram", n_ctx=512, n_threads=1,
+                             rpc=(killed, other))
+        victim.send_signal(signal.SIGSTOP)
+        handle = engine.submit(PROMPT, **GREEDY)
+        port = int(killed.rsplit(":", 1)[1])
+        deadline = time.monotonic() + 60
+        while unread_bytes(port) == 0:  # the pass has sent its work to the stopped worker
+            assert time.monotonic() < deadline, "the pass never reached the worker"
+            time.sleep(0.02)
+        victim.kill()
+        victim.wait()
+        with pytest.raises(RemoteWorkerError, match=f"RPC worker at {killed}"):
+            handle.result(timeout=60)
+        assert killed in _core.rpc_failure([killed, other])  # lost mid-pass, not before one
+        with pytest.raises(RemoteWorkerError, match=killed):
+            engine.submit("again", max_tokens=2)
+        engine.close()  # the engine thread stays blocked in that pass; close returns anyway
