@@ -244,6 +244,8 @@ class _Testing:
             draft_seconds: float,
             verify_seconds: float,
             slot: int = 0,
+            lead: int = 0,
+            lead_slot: int = 0,
         ) -> None: ...
         def seed_verify_seconds(self, rows: int, seconds: float) -> None: ...
         def observe_acceptance(self, k: int, n_accepted: int, slot: int = 0) -> None: ...
@@ -300,6 +302,8 @@ class _Testing:
     def apply_penalties(
         logits: npt.ArrayLike, context: list[int], params: SamplingParams
     ) -> npt.NDArray[np.float32]: ...
+    @staticmethod
+    def forced_text(path: str, gbnf: str, accepted: list[int], max_chars: int) -> bytes: ...
     @staticmethod
     def layer_inputs(
         path: str, tokens: list[int], layers: list[int], extracted: bool
