@@ -64,7 +64,8 @@ def json_schema_to_gbnf(schema: Any) -> str:
         raise InvalidParameterError("The JSON Schema must be a JSON object.")
     converter = _Converter(schema)
     root = converter.visit(schema, "root")
-    rules = [f"root ::= {root} ws"] + [f"{name} ::= {body}" for name, body in converter.rules.items()]
+    rules = [f"root ::= {root} ws"]
+    rules += [f"{name} ::= {body}" for name, body in converter.rules.items()]
     return "\n".join(rules) + "\n" + _COMMON + _SCHEMA_COMMON
 
 

@@ -76,7 +76,8 @@ def test_forced_tokens_save_target_passes(engines) -> None:
 
 def allowed_first(text: str) -> bool:
     """Tokens FORCED_WORDS allows first: a prefix of the forced text, or it and a word."""
-    return bool(text) and (FORCED.startswith(text) or bool(re.fullmatch(f"{FORCED}[a-m][a-z ]*", text)))
+    word = re.fullmatch(f"{FORCED}[a-m][a-z ]*", text)
+    return bool(text) and (FORCED.startswith(text) or word is not None)
 
 
 def constrained_first(engine: Engine, prompt: list[int]) -> dict[int, float]:

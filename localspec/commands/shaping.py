@@ -1,5 +1,6 @@
 """Command-line options that shape the target's distribution (penalties, a grammar, a JSON
-Schema), shared by ``run`` and ``chat`` (``bench`` takes the penalties). They only convert: GenerationParams validates."""
+Schema), shared by ``run`` and ``chat`` (``bench`` takes the penalties). They only convert:
+GenerationParams validates."""
 
 from __future__ import annotations
 
