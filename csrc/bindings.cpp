@@ -148,9 +148,9 @@ public:
     }
 
     int replay_greedy(const std::vector<Token>& prompt, const std::vector<Token>& tokens,
-                      const std::vector<int>& rows, const std::vector<int>& emitted) {
+                      const std::vector<int>& rows, const std::vector<int>& emitted, const GenerateRequest& shaping) {
         py::gil_scoped_release release;
-        return engine().replay_greedy(prompt, tokens, rows, emitted);
+        return engine().replay_greedy(prompt, tokens, rows, emitted, shaping);
     }
 
     py::array_t<float> next_token_logits(const std::vector<Token>& tokens, int batch_rows) {

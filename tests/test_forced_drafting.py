@@ -52,7 +52,7 @@ def test_forced_drafting_is_lossless_greedy(engines, drafter: str) -> None:
     stats = result.stats
     assert stats.forced_drafted > 0 and 0 < stats.forced_accepted <= stats.forced_drafted
     assert stats.forced_accepted <= stats.accepted and stats.forced_drafted <= stats.drafted
-    assert result.to_dict()["stats"]["forced_drafted"] == stats.forced_drafted
+    assert result.to_dict()["stats"]["drafted_by_kind"]["forced"] == stats.forced_drafted
     # Forced text is drafted with the controller choosing ("auto") as well.
     auto = engines[drafter].generate(PROMPT, params)
     assert auto.tokens == plain.tokens
