@@ -58,12 +58,13 @@ std::string ForcedText::find(const Grammar& grammar, size_t max_chars) const {
 }
 
 ForcedDrafter::ForcedDrafter(const Model& target, std::unique_ptr<Drafter> next)
-    : target_(target), next_(std::move(next)), forced_(target) {}
+    : target_(target), next_(std::move(next)) {}
 
 Draft ForcedDrafter::forced_then_lookup(const std::vector<Token>& history, int k) {
     Draft out;
     if (!grammar_ || k <= 0) return out;
-    const std::string text = forced_.find(*grammar_, std::min(kMaxChars, kCharsPerToken * static_cast<size_t>(k)));
+    if (!forced_) forced_ = std::make_unique<ForcedText>(target_);
+    const std::string text = forced_->find(*grammar_, std::min(kMaxChars, kCharsPerToken * static_cast<size_t>(k)));
     if (text.empty()) return out;
     out.tokens = target_.tokenize(text, false, false);
     if (out.tokens.size() > static_cast<size_t>(k)) out.tokens.resize(static_cast<size_t>(k));

@@ -55,7 +55,7 @@ private:
 
     const Model& target_;
     std::unique_ptr<Drafter> next_;
-    ForcedText forced_;
+    std::unique_ptr<ForcedText> forced_;  // made at the first grammar: it reads the whole vocabulary
     const Grammar* grammar_ = nullptr;  // the current generation's, in its state after the history
 };
 
