@@ -15,6 +15,7 @@
 #include "drafter.h"
 #include "engine.h"
 #include "feature_collector.h"
+#include "forced_drafter.h"
 #include "head_probe.h"
 #include "mtp_drafter.h"
 #include "q6k_head.h"
@@ -149,9 +150,9 @@ public:
     }
 
     int replay_greedy(const std::vector<Token>& prompt, const std::vector<Token>& tokens,
-                      const std::vector<int>& rows, const std::vector<int>& emitted) {
+                      const std::vector<int>& rows, const std::vector<int>& emitted, const GenerateRequest& shaping) {
         py::gil_scoped_release release;
-        return engine().replay_greedy(prompt, tokens, rows, emitted);
+        return engine().replay_greedy(prompt, tokens, rows, emitted, shaping);
     }
 
     py::array_t<float> next_token_logits(const std::vector<Token>& tokens, int batch_rows) {
@@ -438,8 +439,14 @@ PYBIND11_MODULE(_core, m) {
         .def(py::init<int>())
         .def("begin_request", &DraftController::begin_request)
         .def("choose", &DraftController::choose, py::arg("slot") = 0, py::arg("limit") = 1 << 30)
-        .def("observe", &DraftController::observe, py::arg("k"), py::arg("n_accepted"),
-             py::arg("draft_seconds"), py::arg("verify_seconds"), py::arg("slot") = 0)
+        .def(
+            "observe",
+            [](DraftController& c, int k, int n_accepted, double draft_seconds, double verify_seconds, int slot,
+               int lead, int lead_slot) {
+                c.observe(k, n_accepted, draft_seconds, verify_seconds, slot, DraftLead{lead, lead_slot});
+            },
+            py::arg("k"), py::arg("n_accepted"), py::arg("draft_seconds"), py::arg("verify_seconds"),
+            py::arg("slot") = 0, py::arg("lead") = 0, py::arg("lead_slot") = 0)
         .def("seed_verify_seconds", &DraftController::seed_verify_seconds, py::arg("rows"), py::arg("seconds"))
         .def("observe_acceptance", &DraftController::observe_acceptance, py::arg("k"), py::arg("n_accepted"),
              py::arg("slot") = 0)
@@ -545,6 +552,19 @@ PYBIND11_MODULE(_core, m) {
         d["problem"] = cmp.problem;
         return d;
     });
+    testing.def("forced_text", [](const std::string& path, const std::string& gbnf, const std::vector<Token>& accepted,
+                                  size_t max_chars) {
+        std::string text;
+        {
+            py::gil_scoped_release release;
+            backend_init(false);
+            const Model model(ModelOptions{path, 0, true});
+            Grammar grammar(model, gbnf);
+            for (Token t : accepted) grammar.accept(t);
+            text = ForcedText(model).find(grammar, max_chars);
+        }
+        return to_bytes(text);
+    }, py::arg("path"), py::arg("gbnf"), py::arg("accepted"), py::arg("max_chars"));
     testing.def("layer_inputs", [](const std::string& path, const std::vector<Token>& tokens, const std::vector<int>& layers,
                              bool extracted) {
         std::vector<float> rows;

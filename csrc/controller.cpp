@@ -226,7 +226,8 @@ int DraftController::explore(int slot, int limit) const {
     return best;
 }
 
-void DraftController::observe(int k, int n_accepted, double draft_seconds, double verify_seconds_, int slot) {
+void DraftController::observe(int k, int n_accepted, double draft_seconds, double verify_seconds_, int slot,
+                              DraftLead lead) {
     const size_t rows = static_cast<size_t>(k) + 1;
     if (rows < mem_.verify.size()) mem_.verify[rows] = ema(mem_.verify[rows], verify_seconds_);
     const double plain = verify_seconds(1);
@@ -236,9 +237,17 @@ void DraftController::observe(int k, int n_accepted, double draft_seconds, doubl
         credit_ = std::min(credit_ + budget, kCreditCap * plain);
         return;
     }
-    observe_acceptance(k, n_accepted, slot);
-    const size_t i = slot_index(slot);
-    mem_.draft_cost[i] = ema(mem_.draft_cost[i], draft_seconds / k);
+    const int n_lead = std::min(lead.n, k);
+    if (n_lead > 0) {
+        observe_acceptance(n_lead, std::min(n_accepted, n_lead), lead.slot);
+        const size_t j = slot_index(lead.slot);
+        mem_.draft_cost[j] = ema(mem_.draft_cost[j], draft_seconds / k);
+    }
+    if (k > n_lead && n_accepted >= n_lead) {
+        observe_acceptance(k - n_lead, n_accepted - n_lead, slot);
+        const size_t i = slot_index(slot);
+        mem_.draft_cost[i] = ema(mem_.draft_cost[i], draft_seconds / k);
+    }
     // What this step won or lost against plain decoding of the same tokens.
     const double won = (n_accepted + 1) * plain - (draft_seconds + verify_seconds_);
     credit_ = std::min(credit_ + won + budget, kCreditCap * plain);

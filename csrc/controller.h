@@ -42,6 +42,13 @@ struct ControllerMemory {
     std::vector<double> draft_cost;  // [slot]: smoothed draft seconds per drafted token
 };
 
+// The first n tokens of a chained draft, of a kind of their own (grammar-forced text) learned in
+// `slot`; the tokens after them are the draft's kind.
+struct DraftLead {
+    int n = 0;
+    int slot = 0;
+};
+
 class DraftController {
 public:
     explicit DraftController(int k_max);
@@ -70,7 +77,10 @@ public:
     int choose(int slot = 0, int limit = 1 << 30);
     // What the step did: drafted k tokens (k may be below the choice when the drafter had
     // fewer to offer), accepted n of them, and how long drafting and verification took.
-    void observe(int k, int n_accepted, double draft_seconds, double verify_seconds, int slot = 0);
+    // A lead's acceptance counts for its slot, from position 0, and the rest's for `slot`, from
+    // position 0 too, when the whole lead was accepted; the draft seconds are shared per token.
+    void observe(int k, int n_accepted, double draft_seconds, double verify_seconds, int slot = 0,
+                 DraftLead lead = {});
     // Acceptance evidence without a pass: a proposal of k tokens that was not verified, of which
     // the first n turned out to be what the target produced (a deterministic draft, checked
     // against the tokens emitted after it). Updates acceptance only, not costs or credit.

@@ -14,14 +14,16 @@ struct DraftKind {
         Head,    // a hidden-state head reading the target's features (EAGLE-3)
         Lookup,  // an n-gram lookup over the context: free to propose
         Mtp,     // the target's own MTP (NextN) layers reading its final hidden states
+        Forced,  // text the request's grammar forces (forced_drafter.h): free to propose
     };
-    static constexpr int kSources = 4;
+    static constexpr int kSources = 5;
     static const char* source_name(Source s) {
         switch (s) {
             case Source::Model: return "model";
             case Source::Head: return "eagle3";
             case Source::Lookup: return "ngram";
             case Source::Mtp: return "mtp";
+            case Source::Forced: return "forced";
         }
         return "?";
     }
@@ -29,19 +31,22 @@ struct DraftKind {
     int match_length = 0;  // Lookup: how many context tokens matched (a longer match predicts better)
 
     static constexpr int kMaxMatchLength = 7;
-    static constexpr int kSlots = kMaxMatchLength + 1;  // slot 0: model, head or MTP; 1..7: lookups
+    static constexpr int kForcedSlot = kMaxMatchLength + 1;
+    static constexpr int kSlots = kForcedSlot + 1;  // slot 0: model, head or MTP; 1..7: lookups; 8: forced
     static DraftKind model() { return {Source::Model, 0}; }
     static DraftKind head() { return {Source::Head, 0}; }
     static DraftKind lookup(int match_length) { return {Source::Lookup, match_length}; }
+    static DraftKind forced() { return {Source::Forced, 0}; }
     static DraftKind mtp() { return {Source::Mtp, 0}; }
 
     // The controller's index for this kind. A drafter runs at most one model, head or MTP
     // layers, so they share slot 0; lookups learn per match length, longer matches pooled at the longest.
     int slot() const {
+        if (source == Source::Forced) return kForcedSlot;
         if (source != Source::Lookup) return 0;
         return match_length < 1 ? 1 : (match_length > kMaxMatchLength ? kMaxMatchLength : match_length);
     }
-    bool runs_model() const { return source != Source::Lookup; }
+    bool runs_model() const { return source != Source::Lookup && source != Source::Forced; }
 };
 
 }  // namespace localspec

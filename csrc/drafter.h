@@ -18,12 +18,18 @@ struct Draft {
     // deterministic drafter (q is then a point mass on each drafted token).
     std::vector<Distribution> q;
     DraftKind kind;
+    // A chained draft: its first `forced` tokens are text the request's grammar forces (kind
+    // DraftKind::forced()); `kind` is that of the tokens after them.
+    int forced = 0;
 };
 
 class Drafter {
 public:
     virtual ~Drafter() = default;
     virtual std::string name() const = 0;
+    // The grammar of the generation about to draft, in its state after that generation's history
+    // (null when it has none); valid until the draft returns. Most drafters do not read it.
+    virtual void begin_draft(const Grammar* /*grammar*/) {}
     // Propose up to k tokens to follow `history` (prompt + everything emitted so far).
     virtual Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) = 0;
     // The two halves of draft() for the controller. lookup_draft: what costs (almost) nothing

@@ -6,6 +6,7 @@
 
 #include "eagle3_drafter.h"
 #include "errors.h"
+#include "forced_drafter.h"
 #include "mtp_drafter.h"
 #include "sequence.h"
 #include "vocab_check.h"
@@ -64,9 +65,8 @@ ContextOptions target_options(const EngineOptions& options, const DrafterSpec& s
     return out;
 }
 
-std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, const DrafterSpec& spec, const Model& target,
-                                      Context& target_ctx) {
-    if (spec.kind == "none") return nullptr;
+std::unique_ptr<Drafter> configured_drafter(const EngineOptions& options, const DrafterSpec& spec,
+                                            const Model& target, Context& target_ctx) {
     if (spec.kind == "ngram") return std::make_unique<NgramDrafter>(options.ngram_min, options.ngram_max);
     if (spec.kind == "mtp") {
         auto mtp = std::make_unique<MtpDrafter>(target, target_ctx, options.n_threads, options.draft_sampling,
@@ -87,6 +87,13 @@ std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, const Drafte
     if (!spec.with_ngram) return model;
     const std::string name = spec.kind == "eagle3" ? model->name() : "hybrid:" + model->name();
     return std::make_unique<HybridDrafter>(NgramDrafter(options.ngram_min, options.ngram_max), std::move(model), name);
+}
+
+// Every drafter drafts grammar-forced text first when a request has a grammar (forced_drafter.h).
+std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, const DrafterSpec& spec, const Model& target,
+                                      Context& target_ctx) {
+    if (spec.kind == "none") return nullptr;
+    return std::make_unique<ForcedDrafter>(target, configured_drafter(options, spec, target, target_ctx));
 }
 
 DrafterSpec parse_drafter(const std::string& drafter, const std::string& target_path) {

@@ -142,10 +142,12 @@ public:
     std::vector<double> pass_seconds(const std::vector<Token>& context, int max_rows, int repeats);
 
     // Replays a greedy generation with the same target batch shapes (pass_rows) from a clean
-    // cache and returns the index of the first token that is not the target's argmax there,
-    // or -1. A bug-free engine always gets -1: same shapes, same numerics, same argmax.
+    // cache and returns the index of the first token that is not the target's argmax there
+    // (shaped by the request's penalties and grammar, as the step shapes it), or -1. A bug-free
+    // engine always gets -1: same shapes, same numerics, same argmax.
     int replay_greedy(const std::vector<Token>& prompt, const std::vector<Token>& tokens,
-                      const std::vector<int>& pass_rows, const std::vector<int>& pass_emitted);
+                      const std::vector<int>& pass_rows, const std::vector<int>& pass_emitted,
+                      const GenerateRequest& shaping);
 
     // What the controller has learned (acceptance by kind and position, pass and draft costs);
     // it carries over from request to request, and can be saved and restored.
@@ -158,6 +160,8 @@ private:
     void speculative_step(const std::vector<Sequence*>& batch);
     void draft(Sequence& s);
     Draft draft_tokens(Sequence& s, int k_cap);
+    int choose_lookup(const Draft& draft);
+    double draft_acceptance(const Draft& draft, size_t j) const;
     void fit_drafts_to_batch(const std::vector<Sequence*>& batch);
     double verify(const std::vector<Sequence*>& batch);
     void accept(Sequence& s);

@@ -6,6 +6,7 @@
 #include "clock.h"
 #include "engine.h"
 #include "sequence.h"
+#include "target_rows.h"
 
 namespace localspec {
 
@@ -133,7 +134,10 @@ std::vector<double> SpecEngine::pass_seconds_on(int slot, const std::vector<Toke
 }
 
 int SpecEngine::replay_greedy(const std::vector<Token>& prompt, const std::vector<Token>& tokens,
-                              const std::vector<int>& pass_rows, const std::vector<int>& pass_emitted) {
+                              const std::vector<int>& pass_rows, const std::vector<int>& pass_emitted,
+                              const GenerateRequest& shaping) {
+    std::unique_ptr<Grammar> grammar;
+    if (!shaping.grammar.empty()) grammar = std::make_unique<Grammar>(*target_model_, shaping.grammar);
     GenerateRequest probe;
     probe.prompt = prompt;
     check_request(probe);
@@ -154,10 +158,13 @@ int SpecEngine::replay_greedy(const std::vector<Token>& prompt, const std::vecto
         const size_t kept = history.size() - 1;
         target_.decode(batch, rows, slot);
         const int n = std::min(pass_emitted[pass], rows);
+        const std::vector<Token> drafted(batch.begin() + 1, batch.end());
+        TargetRows shaped(target_, 0, history, drafted, shaping.sampling, grammar.get());  // as the step shapes them
         for (int i = 0; i < n && next < tokens.size(); ++i, ++next) {
-            if (argmax(target_.logits(i), target_.n_vocab()) != tokens[next]) return static_cast<int>(next);
+            if (shaped.argmax(static_cast<size_t>(i)) != tokens[next]) return static_cast<int>(next);
             history.push_back(tokens[next]);
         }
+        if (n > 0) shaped.emit(history.back());
         target_.truncate(kept + static_cast<size_t>(n), slot);
     }
     return -1;

@@ -1080,11 +1080,24 @@ std::unique_ptr<Grammar> Grammar::clone() const {
     return out;
 }
 
-bool Grammar::allows(Token token) {
+bool Grammar::allows(Token token) const {
     llama_token_data one{token, 0.0f, 0.0f};
     llama_token_data_array array{&one, 1, -1, false};
     llama_sampler_apply(impl_->sampler, &array);
     return one.logit != -INFINITY;
+}
+
+std::vector<Token> Grammar::allowed(const std::vector<Token>& candidates) const {
+    auto& buffer = impl_->buffer;
+    buffer.resize(candidates.size());
+    for (size_t i = 0; i < candidates.size(); ++i) buffer[i] = {candidates[i], 0.0f, 0.0f};
+    llama_token_data_array array{buffer.data(), buffer.size(), -1, false};
+    llama_sampler_apply(impl_->sampler, &array);
+    std::vector<Token> out;
+    for (size_t i = 0; i < array.size; ++i) {
+        if (array.data[i].logit != -INFINITY) out.push_back(array.data[i].id);
+    }
+    return out;
 }
 
 void Grammar::mask(float* logits, int n_vocab) {

@@ -281,7 +281,9 @@ public:
 
     std::unique_ptr<Grammar> clone() const;
     // Whether `token` may come next (one token checked: cheap).
-    bool allows(Token token);
+    bool allows(Token token) const;
+    // Which of `candidates` may come next, in their order (one pass over the list).
+    std::vector<Token> allowed(const std::vector<Token>& candidates) const;
     // Set the logit of every token that may not come next to -infinity (the whole vocabulary
     // checked: this is the expensive call).
     void mask(float* logits, int n_vocab);

@@ -188,6 +188,10 @@ std::vector<Token> sorted_candidates(const float* logits, int n_vocab, int top_k
 
 }  // namespace
 
+std::vector<Token> top_tokens(const float* logits, int n_vocab, int n) {
+    return sorted_candidates(logits, n_vocab, std::min(n, n_vocab));
+}
+
 Distribution warp(const float* logits, int n_vocab, const SamplingParams& params) {
     std::vector<Token> ids = sorted_candidates(logits, n_vocab, params.top_k);
     std::vector<double> probs;

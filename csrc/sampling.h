@@ -72,6 +72,8 @@ struct TokenLogprob {
 TokenLogprob token_logprob(const float* logits, int n_vocab, Token token, int n_top);
 
 Token argmax(const float* logits, int n_vocab);
+// The n highest logits' ids, best first (ties: lower id first), in one pass over the logits.
+std::vector<Token> top_tokens(const float* logits, int n_vocab, int n);
 // The probability of token `best` (the argmax) under softmax(logits) at temperature 1, to
 // about 1e-6 relative (a draft model's confidence cutoff).
 float top_probability(const float* logits, int n_vocab, Token best);

@@ -4,6 +4,7 @@
 
 #include "clock.h"
 #include "engine.h"
+#include "forced_drafter.h"
 #include "sequence.h"
 #include "target_rows.h"
 
@@ -19,6 +20,7 @@ void trim_to_grammar(Draft& draft, const Grammar* grammar) {
     for (; n < draft.tokens.size() && state->allows(draft.tokens[n]); ++n) state->accept(draft.tokens[n]);
     draft.tokens.resize(n);
     if (draft.q.size() > n) draft.q.resize(n);
+    draft.forced = std::min(draft.forced, static_cast<int>(n));
 }
 
 void cut(Sequence::Step& step, size_t n) {
@@ -67,6 +69,7 @@ void SpecEngine::draft(Sequence& s) {
     s.step = {};
     const auto t0 = Clock::now();
     controller_.swap_request(s.credit);
+    if (drafter_) drafter_->begin_draft(s.grammar.get());
     s.step.draft = draft_tokens(s, k_cap);
     controller_.swap_request(s.credit);
     trim_to_grammar(s.step.draft, s.grammar.get());
@@ -82,14 +85,37 @@ Draft SpecEngine::draft_tokens(Sequence& s, int k_cap) {
     if (!s.request.adaptive) return drafter_->draft(s.history, k_cap, s.request.sampling, s.rng);
     Draft draft = drafter_->lookup_draft(s.history, k_cap);
     if (!draft.tokens.empty()) {
-        const int k = controller_.choose(draft.kind.slot(), static_cast<int>(draft.tokens.size()));
-        if (k == 0 && s.unverified.tokens.empty()) s.unverified = {s.history.size(), draft.tokens, draft.kind};
+        const int k = choose_lookup(draft);
+        if (k == 0 && s.unverified.tokens.empty()) {  // the free evidence of its first part
+            const size_t lead = draft.forced > 0 ? static_cast<size_t>(draft.forced) : draft.tokens.size();
+            s.unverified = {s.history.size(), {draft.tokens.begin(), draft.tokens.begin() + static_cast<long>(lead)},
+                            draft.forced > 0 ? DraftKind::forced() : draft.kind};
+        }
         draft.tokens.resize(static_cast<size_t>(k));
+        draft.forced = std::min(draft.forced, k);
         return draft;
     }
     if (!drafter_->has_model()) return draft;
     const int k = controller_.choose(drafter_->model_kind().slot(), k_cap);
     return k > 0 ? drafter_->model_draft(s.history, k, s.request.sampling, s.rng) : Draft{};
+}
+
+// How much of a free proposal to verify. A grammar-forced lead is a kind of its own: the
+// controller judges it first, and the rest (a lookup that continues after it) only when all of
+// the lead is kept, as a draft of its own kind.
+int SpecEngine::choose_lookup(const Draft& draft) {
+    const int n = static_cast<int>(draft.tokens.size());
+    if (draft.forced <= 0) return controller_.choose(draft.kind.slot(), n);
+    const int lead = controller_.choose(DraftKind::forced().slot(), draft.forced);
+    if (lead < draft.forced || n == draft.forced) return lead;
+    return lead + controller_.choose(draft.kind.slot(), n - lead);
+}
+
+// The controller's acceptance of a draft's token j (a forced lead has its own kind).
+double SpecEngine::draft_acceptance(const Draft& draft, size_t j) const {
+    const int forced = draft.forced;
+    if (static_cast<int>(j) < forced) return controller_.acceptance(DraftKind::forced().slot(), static_cast<int>(j));
+    return controller_.acceptance(draft.kind.slot(), static_cast<int>(j) - forced);
 }
 
 // A drafted token's worth in a shared pass is the chance that it and every draft before it are
@@ -106,7 +132,7 @@ void SpecEngine::fit_drafts_to_batch(const std::vector<Sequence*>& batch) {
         std::vector<double> g;
         double reach = 1.0;
         for (size_t j = 0; j < d.tokens.size(); ++j) {
-            reach *= controller_.acceptance(d.kind.slot(), static_cast<int>(j));
+            reach *= draft_acceptance(d, j);
             g.push_back(reach);
         }
         base_rows += 1;
@@ -124,6 +150,7 @@ void SpecEngine::fit_drafts_to_batch(const std::vector<Sequence*>& batch) {
         Draft& d = fitted[i]->step.draft;
         d.tokens.resize(std::min(d.tokens.size(), static_cast<size_t>(lengths[i])));
         if (d.q.size() > d.tokens.size()) d.q.resize(d.tokens.size());
+        d.forced = std::min(d.forced, static_cast<int>(d.tokens.size()));
     }
 }
 
@@ -190,7 +217,7 @@ void SpecEngine::roll_back(Sequence& s) {
 
     GenerationStats& stats = s.result.stats;
     stats.last_drafted = drafted;
-    stats.record_step(drafted, n_accepted, s.step.draft.kind);
+    stats.record_step(drafted, n_accepted, s.step.draft.kind, s.step.draft.forced);
     stats.draft_seconds += s.step.draft_seconds;
     if (s.step.draft.kind.runs_model()) stats.model_draft_seconds += s.step.draft_seconds;
     stats.verify_seconds += s.step.verify_seconds;
@@ -211,7 +238,7 @@ void SpecEngine::emit(Sequence& s, bool shared_pass) {
     controller_.swap_request(s.credit);
     const double verify_seconds = shared_pass ? controller_.verify_seconds(drafted + 1) : step.verify_seconds;
     controller_.observe(drafted, step.acceptance.n_accepted, step.draft_seconds, verify_seconds,
-                        step.draft.kind.slot());
+                        step.draft.kind.slot(), {step.draft.forced, DraftKind::forced().slot()});
     resolve_unverified(s);
     controller_.swap_request(s.credit);
 

@@ -39,10 +39,14 @@ struct GenerationStats {
         return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0.0;
     }
 
-    void record_step(int n_drafted, int n_accepted, DraftKind kind) {
+    // A chained draft's first `forced` tokens count as grammar-forced, the rest as `kind`.
+    void record_step(int n_drafted, int n_accepted, DraftKind kind, int forced = 0) {
         ++target_passes;
-        drafted_by_source[static_cast<size_t>(kind.source)] += n_drafted;
-        accepted_by_source[static_cast<size_t>(kind.source)] += n_accepted;
+        const size_t lead = static_cast<size_t>(DraftKind::Source::Forced);
+        drafted_by_source[lead] += forced;
+        accepted_by_source[lead] += n_accepted < forced ? n_accepted : forced;
+        drafted_by_source[static_cast<size_t>(kind.source)] += n_drafted - forced;
+        accepted_by_source[static_cast<size_t>(kind.source)] += n_accepted > forced ? n_accepted - forced : 0;
         if (kind.runs_model()) model_drafted += n_drafted;
         drafted += n_drafted;
         accepted += n_accepted;

@@ -37,9 +37,24 @@ Token TargetRows::argmax(size_t i) {
     const Token best = localspec::argmax(logits, target_.n_vocab());
     // The constrained argmax is the unconstrained one whenever the grammar allows it.
     if (!grammar_ || grammar_->allows(best)) return best;
-    if (logits != buffer_.data()) buffer_.assign(logits, logits + target_.n_vocab());
-    grammar_->mask(buffer_.data(), target_.n_vocab());
-    return localspec::argmax(buffer_.data(), target_.n_vocab());
+    return constrained_argmax(logits);
+}
+
+// The best token the grammar allows: the first allowed among the kTopCandidates best (in
+// argmax's order: higher logit, then lower id), which is the answer when its logit is above
+// every token outside them; otherwise (rare) the whole vocabulary is masked, which costs a
+// grammar check per token (~70 ms on a 262k vocabulary).
+Token TargetRows::constrained_argmax(const float* logits) {
+    constexpr int kTopCandidates = 128;
+    const int n_vocab = target_.n_vocab();
+    const std::vector<Token> top = top_tokens(logits, n_vocab, kTopCandidates);
+    const std::vector<Token> allowed = grammar_->allowed(top);
+    if (!allowed.empty() && (top.size() == static_cast<size_t>(n_vocab) || logits[allowed[0]] > logits[top.back()])) {
+        return allowed[0];
+    }
+    if (logits != buffer_.data()) buffer_.assign(logits, logits + n_vocab);
+    grammar_->mask(buffer_.data(), n_vocab);
+    return localspec::argmax(buffer_.data(), n_vocab);
 }
 
 Distribution TargetRows::warped(size_t i) {

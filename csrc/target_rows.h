@@ -32,6 +32,7 @@ private:
     void advance_to(size_t i);
     // Row i's logits with penalties applied (the raw row when there are none).
     const float* penalized(size_t i);
+    Token constrained_argmax(const float* logits);
 
     const Context& target_;
     int first_row_;

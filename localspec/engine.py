@@ -25,6 +25,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from localspec import _core
+from localspec.convert import params_to_core
 from localspec.drafter_spec import DrafterSpec
 from localspec.engine_loop import EngineLoop, Job, PassReport
 from localspec.errors import EngineClosedError, LocalspecError, QueueFullError, RemoteWorkerError
@@ -238,12 +239,15 @@ class Engine:
         "llama.cpp"."""
         return self._call(self._core.last_logits_head)
 
-    def replay_greedy(self, prompt: Sequence[int], result: GenerationResult) -> int:
+    def replay_greedy(self, prompt: Sequence[int], result: GenerationResult,
+                      params: GenerationParams | None = None) -> int:
         """Recompute a greedy `result` with the target alone, in the same batch shapes, from a
-        clean cache: the index of the first token that is not the target's argmax, or -1."""
+        clean cache: the index of the first token that is not the target's argmax (shaped by
+        ``params``' penalties and grammar, as generation shaped it), or -1."""
+        shaping = params_to_core(params or GenerationParams(), list(prompt))
         return self._call(
             lambda: self._core.replay_greedy(
-                list(prompt), list(result.tokens), result.pass_rows, result.pass_emitted
+                list(prompt), list(result.tokens), result.pass_rows, result.pass_emitted, shaping
             )
         )
 

@@ -9,6 +9,12 @@ generated), ``items``, ``minItems``/``maxItems``, ``minLength``/``maxLength``, `
 Annotations (``title``, ``description``, ``default``, ``examples``, ``format``) are ignored.
 Constraints the grammar cannot enforce (``pattern``, numeric bounds, ...) are refused with an
 error, so a reply is always valid against the schema.
+
+A schema's JSON has one layout: ``{"key": value, "key": value}`` and ``[a, b]`` (a space after
+``:`` and ``,``, none elsewhere; whitespace only inside values of no given type and at the end).
+The layout is the one models write unprompted, and it makes every key, colon and comma of the
+schema text that the grammar forces, which speculation drafts for free (docs/design.md,
+"Grammar-forced drafting"). ``json_object`` mode keeps JSON's free whitespace.
 """
 
 from __future__ import annotations
@@ -37,13 +43,18 @@ _IGNORED = {"title", "description", "default", "examples", "format", "$schema", 
             "$comment", "additionalProperties", "required", "properties", "items", "type",
             "enum", "const", "anyOf", "oneOf", "$ref", "$defs", "definitions", "minItems",
             "maxItems", "minLength", "maxLength", "strict", "name"}
+# The schema's values, without trailing whitespace (the layout above).
 _PRIMITIVES = {
-    "string": "string",
-    "number": "number",
-    "integer": "integer ws",
-    "boolean": '("true" | "false") ws',
-    "null": '"null" ws',
+    "string": "str",
+    "number": "num",
+    "integer": "integer",
+    "boolean": '("true" | "false")',
+    "null": '"null"',
 }
+_SCHEMA_COMMON = r"""
+str ::= "\"" char* "\""
+num ::= integer ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
+"""
 
 
 def json_schema_to_gbnf(schema: Any) -> str:
@@ -53,8 +64,9 @@ def json_schema_to_gbnf(schema: Any) -> str:
         raise InvalidParameterError("The JSON Schema must be a JSON object.")
     converter = _Converter(schema)
     root = converter.visit(schema, "root")
-    rules = [f"root ::= {root}"] + [f"{name} ::= {body}" for name, body in converter.rules.items()]
-    return "\n".join(rules) + "\n" + _COMMON
+    rules = [f"root ::= {root} ws"]
+    rules += [f"{name} ::= {body}" for name, body in converter.rules.items()]
+    return "\n".join(rules) + "\n" + _COMMON + _SCHEMA_COMMON
 
 
 def load_json_schema(text: str, source: str) -> dict[str, Any]:
@@ -70,10 +82,10 @@ def load_json_schema(text: str, source: str) -> dict[str, Any]:
     return data
 
 
-def _literal(value: Any) -> str:
-    """A GBNF string literal matching the compact JSON text of ``value``."""
-    text = json.dumps(value, ensure_ascii=False)
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '" ws'
+def _literal(value: Any, after: str = "") -> str:
+    """A GBNF string literal matching the compact JSON text of ``value``, then ``after``."""
+    text = json.dumps(value, ensure_ascii=False) + after
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
 class _Converter:
@@ -127,7 +139,7 @@ class _Converter:
         if kind == "string" and ("minLength" in schema or "maxLength" in schema):
             low, high = int(schema.get("minLength", 0)), schema.get("maxLength")
             count = f"{{{low},{'' if high is None else int(high)}}}"
-            return f'"\\"" char{count} "\\"" ws'
+            return f'"\\"" char{count} "\\""'
         if kind in _PRIMITIVES:
             return _PRIMITIVES[kind]
         if kind is None:
@@ -140,21 +152,21 @@ class _Converter:
             return "object"
         required = set(schema.get("required", []))
         pairs = {
-            key: f'{_literal(key)} ":" ws {self.visit(sub, f"{hint}-{key}")}'
+            key: f'{_literal(key, ": ")} {self.visit(sub, f"{hint}-{key}")}'
             for key, sub in props.items()
         }
         fixed = [pairs[k] for k in props if k in required]
         optional = [pairs[k] for k in props if k not in required]
         if fixed:
-            body = ' "," ws '.join(fixed)
-            body += "".join(f' ( "," ws {pair} )?' for pair in optional)
+            body = ' ", " '.join(fixed)
+            body += "".join(f' ( ", " {pair} )?' for pair in optional)
         else:
             body = f"( {self.optional_chain(optional, hint)} )?"
-        return self.rule(hint, f'"{{" ws {body} "}}" ws')
+        return self.rule(hint, f'"{{" {body} "}}"')
 
     def optional_chain(self, pairs: list[str], hint: str) -> str:
         """Any non-empty ordered subset of ``pairs``, comma-separated."""
-        tail = "".join(f' ( "," ws {p} )?' for p in pairs[1:])
+        tail = "".join(f' ( ", " {p} )?' for p in pairs[1:])
         first = f"{pairs[0]}{tail}"
         if len(pairs) == 1:
             return first
@@ -165,11 +177,11 @@ class _Converter:
         item = self.visit(schema.get("items", True), f"{hint}-item")
         low, high = int(schema.get("minItems", 0)), schema.get("maxItems")
         if high is not None and int(high) == 0:
-            return '"[" ws "]" ws'
+            return '"[]"'
         more = f"{{{max(low - 1, 0)},{'' if high is None else int(high) - 1}}}"
-        items = f'{item} ( "," ws {item} ){more}'
+        items = f'{item} ( ", " {item} ){more}'
         body = items if low > 0 else f"( {items} )?"
-        return self.rule(hint, f'"[" ws {body} "]" ws')
+        return self.rule(hint, f'"[" {body} "]"')
 
     def ref(self, ref: Any) -> str:
         if ref in self.refs:

@@ -18,7 +18,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from localspec.types import GenerationResult
+from localspec.types import GenerationParams, GenerationResult
 
 TIE_TOLERANCE = 1e-4
 Verdict = Literal["yes", "tie", "NO"]
@@ -27,7 +27,8 @@ Verdict = Literal["yes", "tie", "NO"]
 class Target(Protocol):
     def next_token_logits(self, tokens: Sequence[int], batch_rows: int = 1) -> np.ndarray: ...
 
-    def replay_greedy(self, prompt: Sequence[int], result: GenerationResult) -> int: ...
+    def replay_greedy(self, prompt: Sequence[int], result: GenerationResult,
+                      params: GenerationParams | None = None) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -42,10 +43,11 @@ class Divergence:
 
 def compare_greedy(
     target: Target, prompt: Sequence[int], plain: Sequence[int], result: GenerationResult,
-    *, exact: bool = False,
+    *, exact: bool = False, params: GenerationParams | None = None,
 ) -> Divergence | None:
     """None when the speculative tokens equal the plain ones; else where and why they differ.
-    ``exact``: the engine runs in exact mode, where no tie excuses a difference (always "NO")."""
+    ``exact``: the engine runs in exact mode, where no tie excuses a difference (always "NO").
+    ``params``: the generation's, whose penalties and grammar shaped its argmax."""
     actual = result.tokens
     j = next((i for i, (a, b) in enumerate(zip(plain, actual, strict=False)) if a != b), None)
     if j is None:
@@ -53,6 +55,6 @@ def compare_greedy(
     a, b = plain[j], actual[j]
     single = target.next_token_logits(list(prompt) + list(plain[:j]))
     margin = float(single[a] - single[b])
-    mismatch = target.replay_greedy(prompt, result)
+    mismatch = target.replay_greedy(prompt, result, params)
     tie = not exact and (abs(margin) <= TIE_TOLERANCE or mismatch == -1)
     return Divergence(j, a, b, margin, mismatch, "tie" if tie else "NO")

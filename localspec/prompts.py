@@ -6,7 +6,9 @@ Two line formats are accepted, one JSON object per line (blank lines are skipped
 * MT-Bench style ``{"question_id": 81, "category": "writing", "turns": ["...", "..."]}``;
   only the first turn is used and the id is ``str(question_id)``.
 
-``category`` may be left out (the prompt then counts as ``"uncategorized"``). Anything else
+``category`` may be left out (the prompt then counts as ``"uncategorized"``). An optional
+``json_schema`` (a JSON Schema object) constrains that prompt's output: the bench applies it to
+both arms and checks every output against it (the built-in ``structured`` set). Anything else
 that is wrong with a line -- bad JSON, a missing or empty field, a duplicated id -- raises
 :class:`~localspec.errors.LocalspecError` naming the file and the line.
 """
@@ -15,12 +17,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from localspec.errors import LocalspecError
+from localspec.grammar import json_schema_to_gbnf
 
 BUILTIN_CATEGORIES: tuple[str, ...] = (
     "conversation",
@@ -45,17 +48,20 @@ ADVERSARIAL_CATEGORIES: tuple[str, ...] = (
 
 DEFAULT_CATEGORY = "uncategorized"
 
-BUILTIN_SETS: dict[str, str] = {"builtin": "prompts.jsonl", "adversarial": "adversarial.jsonl"}
+BUILTIN_SETS: dict[str, str] = {"builtin": "prompts.jsonl", "adversarial": "adversarial.jsonl",
+                                "structured": "structured.jsonl"}
 """Built-in prompt sets by name (files in localspec/data/)."""
 
 
 @dataclass(frozen=True)
 class Prompt:
-    """One benchmark prompt: a unique id, a category for per-category reports, and the text."""
+    """One benchmark prompt: a unique id, a category for per-category reports, the text, and
+    the JSON Schema its output must follow (None: unconstrained)."""
 
     id: str
     category: str
     text: str
+    json_schema: dict[str, Any] | None = field(default=None, compare=False, hash=False)
 
 
 def load_prompts(
@@ -206,7 +212,19 @@ def _parse_line(source: str, lineno: int, line: str) -> Prompt:
     if not isinstance(category, str) or not category.strip():
         raise _line_error(source, lineno, '"category" must be a non-empty string')
 
-    return Prompt(id=prompt_id, category=category.strip(), text=text)
+    return Prompt(id=prompt_id, category=category.strip(), text=text,
+                  json_schema=_schema(source, lineno, obj.get("json_schema")))
+
+
+def _schema(source: str, lineno: int, schema: Any) -> dict[str, Any] | None:
+    """The line's JSON Schema, checked by converting it (None when the line has none)."""
+    if schema is None:
+        return None
+    try:
+        json_schema_to_gbnf(schema)
+    except LocalspecError as exc:
+        raise _line_error(source, lineno, f'"json_schema": {exc}') from None
+    return dict(schema)
 
 
 def _line_error(source: str, lineno: int, what: str) -> LocalspecError:

@@ -152,7 +152,8 @@ class GenerationStats:
     accepted_by_position: list[int] = field(default_factory=list)
     prefill_seconds: float = 0.0
     draft_seconds: float = 0.0
-    # By who drafted ("ngram", "model", "eagle3", ...: the core's draft sources, all present).
+    # By who drafted ("ngram", "model", "eagle3", "forced": text the request's grammar forces;
+    # the core's draft sources, all present).
     drafted_by_kind: dict[str, int] = field(default_factory=dict)
     accepted_by_kind: dict[str, int] = field(default_factory=dict)
     model_drafted: int = 0  # drafted tokens that ran a model (draft model or head), not a lookup
@@ -164,6 +165,15 @@ class GenerationStats:
     tokens_per_second: float = 0.0  # n_tokens / generation_seconds
     prefill_tokens_per_second: float = 0.0
     last_drafted: int = 0  # tokens drafted in the last step
+
+    @property
+    def forced_drafted(self) -> int:
+        """Drafted tokens that were text the request's grammar forces (free to propose)."""
+        return self.drafted_by_kind.get("forced", 0)
+
+    @property
+    def forced_accepted(self) -> int:
+        return self.accepted_by_kind.get("forced", 0)
 
     @property
     def acceptance_by_position(self) -> list[float]:

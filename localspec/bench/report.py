@@ -46,6 +46,10 @@ class Row:
     verify_seconds: float
     other_seconds: float
     identical: str  # "yes", "tie" (differs only at numerical ties) or "NO"
+    # Grammar-forced drafts (prompts with a JSON Schema): drafted, and of those accepted.
+    forced_drafted: int = 0
+    forced_accepted: int = 0
+    valid: str = "-"  # every output follows its JSON Schema: "yes", "NO", or "-" (no schema)
 
     @property
     def trusted(self) -> bool:
@@ -156,12 +160,20 @@ def _row(label: str, runs: Sequence[PromptRun], median: bool) -> Row:
         verify_seconds=sum(s.verify_seconds for s in spec),
         other_seconds=sum(s.other_seconds for s in spec),
         identical=_verdict(runs),
+        forced_drafted=sum(s.forced_drafted for s in spec),
+        forced_accepted=sum(s.forced_accepted for s in spec),
+        valid=_valid(runs),
     )
 
 
 def _verdict(runs: Sequence[PromptRun]) -> str:
     verdicts = {r.verdict for r in runs}
     return "NO" if "NO" in verdicts else "tie" if "tie" in verdicts else "yes"
+
+
+def _valid(runs: Sequence[PromptRun]) -> str:
+    verdicts = {r.valid for r in runs} - {"-"}
+    return "NO" if "NO" in verdicts else "yes" if verdicts else "-"
 
 
 def _worst(prompts: Sequence[Row], categories: Sequence[Row]) -> Worst | None:

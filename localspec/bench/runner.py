@@ -5,6 +5,11 @@ the same schedule, which shows how far two identical arms drift apart on this ma
 speedup is only trusted to within that spread). Order matters on a shared machine: after a
 warm-up, each prompt runs its arms back to back, rotating their order on every repeat, so slow
 drifts (thermal, other processes) hit every arm alike.
+
+A prompt with a JSON Schema (the ``structured`` set) runs constrained in every arm: the schema's
+grammar shapes plain decoding and speculation alike, generation stops where the JSON ends (the
+same length in both arms when their outputs are identical), and every output is checked against
+the schema.
 """
 
 from __future__ import annotations
@@ -14,9 +19,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from localspec.engine import Engine
+from localspec.grammar import json_schema_to_gbnf
 from localspec.invariance import MAX_ROWS, differing_row_counts
 from localspec.lossless import Divergence, compare_greedy
 from localspec.prompts import Prompt
+from localspec.schema_check import schema_violation
 from localspec.types import GenerationParams, GenerationStats
 
 
@@ -34,6 +41,16 @@ class PromptRun:
     divergences: list[Divergence] = field(default_factory=list)
     plain_tokens: list[int] = field(default_factory=list)  # plain output of the first repeat
     prompt_tokens: list[int] = field(default_factory=list)
+    # With a JSON Schema: what was wrong with the first output that broke it (None: every
+    # output of every arm was valid JSON that the schema accepts).
+    invalid: str | None = None
+
+    @property
+    def valid(self) -> str:
+        """"yes" (every output follows the schema), "NO", or "-" (no schema)."""
+        if self.prompt.json_schema is None:
+            return "-"
+        return "NO" if self.invalid else "yes"
 
     @property
     def verdict(self) -> str:
@@ -44,6 +61,13 @@ class PromptRun:
 
 
 Progress = Callable[[int, int], None]  # (done, total)
+
+
+def constrained(params: GenerationParams, prompt: Prompt) -> GenerationParams:
+    """The arm's settings for this prompt: with a JSON Schema, its grammar, until the JSON ends."""
+    if prompt.json_schema is None:
+        return params
+    return replace(params, grammar=json_schema_to_gbnf(prompt.json_schema), ignore_eos=False)
 
 
 def run_comparison(
@@ -76,16 +100,19 @@ def run_comparison(
             arms = arms[r % 3:] + arms[: r % 3]
             outputs = {}
             for name, arm_params in arms:
-                result = engine.generate(prompt.text, arm_params)
+                result = engine.generate(prompt.text, constrained(arm_params, prompt))
                 getattr(run, name).append(result.stats)
                 outputs[name] = result
+                if prompt.json_schema is not None and run.invalid is None:
+                    run.invalid = schema_violation(result.text, prompt.json_schema)
             plain_tokens, spec = outputs["plain"].tokens, outputs["speculative"]
             if r == first_repeat:
                 run.plain_tokens = list(plain_tokens)
             if params.temperature == 0 and plain_tokens != spec.tokens:
                 run.identical = False
                 divergence = compare_greedy(engine, run.prompt_tokens, plain_tokens, spec,
-                                            exact=engine.info.exact)
+                                            exact=engine.info.exact,
+                                            params=constrained(fixed, prompt))
                 if divergence is not None:
                     run.divergences.append(divergence)
             done += 1

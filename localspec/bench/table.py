@@ -61,6 +61,11 @@ def print_report(report: Report, console: Console, *, per_prompt: bool) -> None:
         w = report.worst
         console.print(f"worst category: {w.category} {w.category_speedup:.2f}x | worst prompt: "
                       f"{w.prompt} {w.prompt_speedup:.2f}x")
+    o = report.overall
+    if o.valid != "-" or o.forced_drafted:
+        rate = f"{o.forced_accepted / o.forced_drafted:.0%}" if o.forced_drafted else "-"
+        console.print(f"grammar-forced drafts: {o.forced_drafted} drafted, {rate} accepted | "
+                      f"every output valid against its JSON Schema: {o.valid}")
     if report.draft_cost is not None:
         d = report.draft_cost
         console.print(f"draft cost c = {d.c:.3f}: {d.draft_ms:.2f} ms per model-drafted token "

@@ -41,6 +41,7 @@ from localspec.bench.table import (
 from localspec.commands.bench_modes import MODE_CHOICES, check_modes, run_both
 from localspec.commands.common import add_model_arguments, choose_models, draft_max_arg, load_engine
 from localspec.commands.serve import DEFAULT_PARALLEL
+from localspec.commands.shaping import add_shaping_arguments, shaping_fields
 from localspec.convert import AUTO_DRAFT_MAX
 from localspec.drafter_spec import DrafterSpec
 from localspec.engine import Engine
@@ -63,7 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     add_model_arguments(parser)
     parser.add_argument("--prompts", help="JSONL prompt file, or the name of a built-in set: "
-                        "'builtin' (default) or 'adversarial' (little to copy from)")
+                        "'builtin' (default), 'adversarial' (little to copy from) or "
+                        "'structured' (fields extracted into a JSON Schema, constrained in both "
+                        "arms)")
     parser.add_argument("--categories", help="comma-separated categories to run (default: all)")
     parser.add_argument("--limit", type=int, default=None,
                         help="prompts per category (default: all; 2 with --synthetic)")
@@ -100,6 +103,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--baseline-num-pred-tokens", type=int, default=None,
                         help="tokens per prompt-lookup draft in the baseline (default: 2 on a "
                         "CPU-only build, 10 with GPU offload, as llama-cpp-python advises)")
+    add_shaping_arguments(parser, structured=False)
     serving = parser.add_argument_group("batched serving (--clients)")
     serving.add_argument("--clients", default=None, metavar="LIST",
                          help="measure `localspec serve` with this many concurrent streaming "
@@ -222,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
     limit = args.limit if args.limit is not None or not args.synthetic else SYNTHETIC_LIMIT
     prompts = load_prompts(args.prompts, categories=categories, limit_per_category=limit)
     params = GenerationParams(max_tokens=args.max_tokens, temperature=args.temperature,
-                              draft_max=draft_max, seed=0)
+                              draft_max=draft_max, seed=0, **shaping_fields(args))
     params.validate()
     if check_modes(args):
         return run_both(args, prompts, params)
@@ -252,10 +256,12 @@ def run(args: argparse.Namespace) -> int:
                   "saved_stats_used": used_saved}
     header.update(heads)
     header.update(max_tokens=args.max_tokens,
-                  temperature=args.temperature, draft_max=draft_max, repeat=args.repeat)
+                  temperature=args.temperature, draft_max=draft_max, repeat=args.repeat,
+                  repeat_penalty=params.repeat_penalty, frequency_penalty=params.frequency_penalty,
+                  presence_penalty=params.presence_penalty, penalty_last_n=params.penalty_last_n)
     _show(args, header, outcome)
-    if header.get("rows_differing"):
-        return 1  # exact mode broke its promise
+    if header.get("rows_differing") or outcome.report.overall.valid == "NO":
+        return 1  # exact mode broke its promise, or an output broke its JSON Schema
     return 0 if outcome.report.overall.identical != "NO" or args.temperature > 0 else 1
 
 
@@ -319,7 +325,9 @@ def _show(args: argparse.Namespace, header: dict[str, Any], outcome: Outcome) ->
                   + (f" | draft head {header['draft_head']}" if header["draft_head"] else "")
                   + f" | {header['max_tokens']} tokens | "
                   f"temperature {header['temperature']} | draft {header['draft_max']} | "
-                  f"{header['repeat']} repeat(s) | saved stats "
+                  f"{header['repeat']} repeat(s) | penalties: repeat {header['repeat_penalty']}, "
+                  f"frequency {header['frequency_penalty']}, presence {header['presence_penalty']}"
+                  f" | saved stats "
                   f"{'used' if header['saved_stats_used'] else 'not used'}")
     print_report(outcome.report, console, per_prompt=args.per_prompt)
     if outcome.theory is not None:

@@ -1,5 +1,6 @@
 """Command-line options that shape the target's distribution (penalties, a grammar, a JSON
-Schema), shared by ``run`` and ``chat``. They only convert: GenerationParams validates."""
+Schema), shared by ``run`` and ``chat`` (``bench`` takes the penalties). They only convert:
+GenerationParams validates."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from localspec.grammar import json_schema_to_gbnf, load_json_schema
 from localspec.types import GenerationParams
 
 
-def add_shaping_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("penalties and structured output")
+def add_shaping_arguments(parser: argparse.ArgumentParser, *, structured: bool = True) -> None:
+    """The penalties, and unless ``structured`` is False, --grammar and --json-schema."""
+    group = parser.add_argument_group("penalties and structured output" if structured
+                                      else "penalties")
     d = GenerationParams()  # the defaults' one owner
     group.add_argument("--repeat-penalty", type=float, default=d.repeat_penalty,
                        help="divide the logits of recent tokens by this "
@@ -27,6 +30,8 @@ def add_shaping_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--repeat-last-n", "--penalty-last-n", dest="penalty_last_n", type=int,
                        default=d.penalty_last_n, help="how many recent tokens the penalties look "
                        f"at (-1 = the whole context, 0 = off; default: {d.penalty_last_n})")
+    if not structured:
+        return
     group.add_argument("--grammar", metavar="FILE",
                        help="constrain the output to this GBNF grammar (llama.cpp's syntax; "
                        "default: none)")
