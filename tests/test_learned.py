@@ -84,6 +84,12 @@ def test_declined_lookups_are_checked_for_free(tiny_model_path: Path) -> None:
     request; each declined proposal is still compared with what the target then produced, and
     that is acceptance evidence gathered without a single drafted token."""
     with Engine.load(tiny_model_path, draft="ngram", n_ctx=512, n_threads=1) as engine:
+        # Passes whose every row costs a whole pass (not this machine's measured costs, which
+        # can make the probes cheap enough to keep drafting): the controller declines nearly
+        # every proposal, whatever the machine's timing.
+        steep = engine.learned()
+        steep.verify = [0.0] + [0.01 * rows for rows in range(1, len(steep.verify))]
+        engine.restore_learned(steep)
         result = engine.generate(REPETITIVE, max_tokens=48, temperature=0, ignore_eos=True)
         memory = engine.learned()
     # Drafting alone adds at most one trial per drafted token (and decay only shrinks them).
