@@ -20,6 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from localspec.bench.baseline import BASELINES, Baseline, run_baseline
 from localspec.bench.ceiling import Ceiling, engine_lookup, measure_pass_costs, ngram_ceiling
+from localspec.bench.coverage import head_coverage
 from localspec.bench.output import check_outputs, results_path, write_results
 from localspec.bench.progress import LineProgress
 from localspec.bench.report import Report, summarize
@@ -136,6 +137,7 @@ class Outcome:
     baseline: Baseline | None = None
     theory: list[TheoryRow] | None = None
     ceiling: Ceiling | None = None  # n-gram drafts at temperature 0 only
+    coverage: dict[str, float] | None = None  # an EAGLE-3 head's draft vocabulary, per category
 
 
 def _draft_max(args: argparse.Namespace) -> DraftMax:
@@ -252,6 +254,7 @@ def run(args: argparse.Namespace) -> int:
             measured = _measure(engine, prompts, params, args, choice.drafter)
             heads = engine_header(engine, measured.runs)
         outcome = _outcome(args, choice.target, measured, params)
+        outcome.coverage = head_coverage(choice.drafter, measured.runs)
         header = {"target": choice.target, "drafter": str(choice.drafter),
                   "saved_stats_used": used_saved}
     header.update(heads)
@@ -301,6 +304,8 @@ def _results(header: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
         out["theory"] = [row.to_dict() for row in outcome.theory]
     if outcome.ceiling is not None:
         out["ngram_ceiling"] = outcome.ceiling.to_dict()
+    if outcome.coverage is not None:
+        out["draft_vocab_coverage"] = outcome.coverage
     return out
 
 
@@ -330,6 +335,10 @@ def _show(args: argparse.Namespace, header: dict[str, Any], outcome: Outcome) ->
                   f" | saved stats "
                   f"{'used' if header['saved_stats_used'] else 'not used'}")
     print_report(outcome.report, console, per_prompt=args.per_prompt)
+    if outcome.coverage is not None:
+        console.print("draft-vocabulary coverage of the plain outputs (share of the target's "
+                      "tokens the head can draft): " + " | ".join(
+                          f"{name} {share:.0%}" for name, share in outcome.coverage.items()))
     if outcome.theory is not None:
         print_theory(outcome.theory, wide)
     if outcome.ceiling is not None:

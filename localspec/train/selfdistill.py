@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from localspec.engine import Engine
@@ -15,6 +16,7 @@ from localspec.train.params import TrainHeadParams
 from localspec.types import GenerationParams
 
 Progress = Callable[[int, int], None]  # (done, total)
+PARALLEL = 4  # continuations generated together
 
 
 def split_items(items: Sequence[Item], params: TrainHeadParams
@@ -54,7 +56,8 @@ def _done(path: Path) -> dict[int, list[int]]:
 
 def continuations(prompts: Sequence[tuple[int, ...]], params: TrainHeadParams, path: Path,
                   progress: Progress, budget: int) -> list[list[int]]:
-    """prompt + the target's continuation, for prompts in order until `budget` tokens."""
+    """prompt + the target's continuation, for prompts in order until `budget` tokens. The
+    target continues PARALLEL prompts at a time (they share its passes: localspec.engine_loop)."""
     done = _done(path)
     total = sum(min(len(p) + params.continuation_tokens, params.seq_len) for p in prompts)
     total = min(total, budget)
@@ -63,23 +66,36 @@ def continuations(prompts: Sequence[tuple[int, ...]], params: TrainHeadParams, p
     produced = 0
     try:
         with path.open("a", encoding="utf-8") as log:
-            for index, prompt in enumerate(prompts):
+            for first in range(0, len(prompts), PARALLEL):
                 if produced >= budget:
                     break
-                if index not in done:
+                group = range(first, min(len(prompts), first + PARALLEL))
+                missing = [index for index in group if index not in done]
+                if missing:
                     if engine is None:
                         engine = Engine.load(params.target, draft="ngram", n_ctx=params.seq_len + 8,
-                                             n_threads=params.n_threads)
-                    done[index] = _generate(engine, prompt, params, index)
-                    log.write(json.dumps({"index": index, "tokens": done[index]}) + "\n")
+                                             n_threads=params.n_threads, parallel=PARALLEL)
+                    for index, tokens in zip(missing, _generate_all(engine, prompts, params,
+                                                                    missing), strict=True):
+                        done[index] = tokens
+                        log.write(json.dumps({"index": index, "tokens": tokens}) + "\n")
                     log.flush()
-                out.append(list(prompt) + done[index])
-                produced += len(out[-1])
-                progress(min(produced, total), total)
+                for index in group:
+                    if produced >= budget:
+                        break
+                    out.append(list(prompts[index]) + done[index])
+                    produced += len(out[-1])
+                    progress(min(produced, total), total)
     finally:
         if engine is not None:
             engine.close()
     return out
+
+
+def _generate_all(engine: Engine, prompts: Sequence[tuple[int, ...]], params: TrainHeadParams,
+                  indices: Sequence[int]) -> list[list[int]]:
+    with ThreadPoolExecutor(len(indices)) as pool:
+        return list(pool.map(lambda i: _generate(engine, prompts[i], params, i), indices))
 
 
 def _generate(engine: Engine, prompt: tuple[int, ...], params: TrainHeadParams,
