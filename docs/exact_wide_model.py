@@ -4,7 +4,8 @@ alone cannot say what exact mode gives up; this llama-architecture model, 2048 w
 128, 4 KV heads, FFN 5632, TinyLlama-1.1B's shapes) with 4 blocks and a Q8_0 output head over a
 32k vocabulary, has the Q4_K matrices llama.cpp repacks.
 
-    python docs/exact_wide_model.py OUT_DIR      # then: localspec bench --target OUT_DIR/wide-q4_k_m.gguf ...
+    python docs/exact_wide_model.py OUT_DIR
+    localspec bench --target OUT_DIR/wide-q4_k_m.gguf ...
 """
 
 from __future__ import annotations
