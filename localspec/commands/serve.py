@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import sys
 from dataclasses import replace
@@ -18,6 +17,7 @@ from localspec.commands.common import (
 )
 from localspec.commands.limits import limit_notes
 from localspec.errors import InvalidParameterError, LocalspecError
+from localspec.rpc import is_loopback
 from localspec.server.options import ServerOptions
 from localspec.types import GenerationParams
 
@@ -167,22 +167,13 @@ def _read_template(path: str | None) -> str | None:
 
 
 def _warn_if_exposed(host: str, api_key: str | None) -> None:
-    if _is_loopback(host):
+    if is_loopback(host):
         return
     advice = "" if api_key else " and has no --api-key: anyone who can reach it can use it"
     print(
         f"localspec: WARNING: binding {host} exposes this server beyond this machine{advice}.",
         file=sys.stderr,
     )
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _url_host(host: str) -> str:
