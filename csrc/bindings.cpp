@@ -678,23 +678,15 @@ PYBIND11_MODULE(_core, m) {
     });
     m.def("rpc_install_hint", &rpc_install_hint);
     m.def("rpc_failure", &rpc_failure, py::arg("endpoints"));
+    py::class_<RemoteDeviceInfo>(m, "RemoteDeviceInfo")
+        .def_readonly("endpoint", &RemoteDeviceInfo::endpoint)
+        .def_readonly("name", &RemoteDeviceInfo::name)
+        .def_readonly("free_bytes", &RemoteDeviceInfo::free_bytes)
+        .def_readonly("total_bytes", &RemoteDeviceInfo::total_bytes);
     m.def("remote_devices", [](const std::vector<std::string>& endpoints) {
         backend_init(false);
-        std::vector<RemoteDeviceInfo> found;
-        {
-            py::gil_scoped_release release;
-            found = remote_devices(endpoints);
-        }
-        py::list out;
-        for (const RemoteDeviceInfo& d : found) {
-            py::dict item;
-            item["endpoint"] = d.endpoint;
-            item["name"] = d.name;
-            item["free_bytes"] = d.free_bytes;
-            item["total_bytes"] = d.total_bytes;
-            out.append(item);
-        }
-        return out;
+        py::gil_scoped_release release;
+        return remote_devices(endpoints);
     }, py::arg("endpoints"));
     m.def("default_worker_devices", [] {
         backend_init(false);

@@ -77,13 +77,13 @@ def remote_devices(endpoints: tuple[str, ...]) -> list[RemoteDevice]:
     from localspec import _core
 
     require_rpc()
-    return [RemoteDevice(str(d["endpoint"]), str(d["name"]), int(d["free_bytes"]),
-                         int(d["total_bytes"]))
+    return [RemoteDevice(d.endpoint, d.name, d.free_bytes, d.total_bytes)
             for d in _core.remote_devices(list(endpoints))]
 
 
 def is_loopback(host: str) -> bool:
-    """Whether binding ``host`` keeps a worker on this machine."""
+    """Whether binding ``host`` keeps a listener (an RPC worker, `localspec serve`) on this
+    machine."""
     if host == "localhost":
         return True
     try:
