@@ -12,12 +12,14 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <set>
@@ -34,13 +36,27 @@ constexpr uint8_t kHelloCommand = 14;  // RPC_CMD_HELLO: fixed in every protocol
 constexpr size_t kCapsSize = 24;       // rpc_msg_hello_req: connection capabilities (none)
 constexpr size_t kHelloReplySize = 4 + kCapsSize;  // major, minor, patch, padding, caps
 
-// Process-wide: which endpoints ggml has, which failed, and ggml's socket for each.
+// ggml's socket of a connection, as found once: the descriptor and the socket's inode. ggml
+// closes the socket when the last model on it is freed and the descriptor's number is soon
+// another socket's (ggml's next connection, say): only the same inode is the same socket.
+struct Socket {
+    int fd = -1;
+    ino_t inode = 0;
+};
+
+// Process-wide: which connections are in use, which failed, and ggml's socket for each. ggml
+// keys its connections and devices by the endpoint's text and keeps them while a model holds
+// them; a model on a failed worker is never freed, so a reconnect hands ggml a new spelling of
+// the same endpoint (the port with one more leading zero: `connection_name`) and ggml connects
+// anew.
 struct RpcState {
     std::mutex mutex;
-    std::set<std::string> attached;
-    std::map<std::string, std::string> failed;  // endpoint -> the sentence
-    std::map<std::string, int> sockets;  // ggml's connection, once found
-    std::set<std::string> stuck;  // endpoints a pass lost in the middle (rpc_failure)
+    std::map<std::string, int> generation;  // endpoint -> reconnects so far
+    std::map<std::string, int> users;  // connection name -> loads and models on it now
+    std::map<std::string, std::string> failed;  // connection name -> the sentence
+    std::map<std::string, Socket> sockets;  // ggml's connection, once found
+    std::set<std::string> stuck;  // connections a pass lost in the middle (rpc_failure)
+    std::set<ino_t> retired;  // sockets of connections a reconnect replaced (kept open by ggml)
 };
 
 RpcState& state() {
@@ -48,9 +64,28 @@ RpcState& state() {
     return s;
 }
 
+// HOST:PORT as ggml knows it in `generation`: HOST:0..0PORT (ggml reads the port with stoi).
+std::string connection_name(const std::string& endpoint, int generation) {
+    const size_t colon = endpoint.rfind(':');
+    return endpoint.substr(0, colon + 1) + std::string(static_cast<size_t>(generation), '0') + endpoint.substr(colon + 1);
+}
+
+// The endpoint a connection name spells, as the user wrote it (leading zeros of the port off).
+std::string shown(const std::string& connection) {
+    const size_t colon = connection.rfind(':');
+    const size_t digits = connection.find_first_not_of('0', colon + 1);
+    return connection.substr(0, colon + 1) + connection.substr(digits == std::string::npos ? connection.size() : digits);
+}
+
+std::string current_name(RpcState& s, const std::string& endpoint) {
+    return connection_name(endpoint, s.generation[endpoint]);
+}
+
 // Set on the threads that call into llama.cpp (the engine thread); ggml's connection threads
 // never set it.
 thread_local bool t_engine_thread = false;
+// The connections the engine thread attached last (the load it runs).
+thread_local std::vector<std::string> t_loading;
 
 UserError worker_error(const std::string& message) { return UserError(ErrorKind::RemoteWorker, message); }
 
@@ -155,7 +190,7 @@ ggml_backend_reg_t rpc_registry() {
     return reg;
 }
 
-// ggml's connection to `addr`: a socket of this process whose peer it is; -1 when none.
+// Whether `fd` is a socket connected to `addr`.
 bool peer_is(int fd, const sockaddr_in& addr) {
     sockaddr_in peer{};
     socklen_t len = sizeof(peer);
@@ -176,12 +211,31 @@ void keep_alive(int fd) {
 #endif
 }
 
-int scan_for_connection(const sockaddr_in& addr) {
+// The inode of the socket open as `fd` (0: none).
+ino_t socket_inode(int fd) {
+    struct stat st{};
+    return fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) ? st.st_ino : 0;
+}
+
+// ggml's connection to `addr`: a socket of this process whose peer it is (fd -1 when none).
+Socket scan_for_connection(const sockaddr_in& addr, const std::set<ino_t>& retired) {
     const long max_fd = std::min<long>(sysconf(_SC_OPEN_MAX), 4096);
     for (int fd = 0; fd < max_fd; ++fd) {
-        if (peer_is(fd, addr)) return fd;
+        if (!peer_is(fd, addr)) continue;
+        const ino_t inode = socket_inode(fd);
+        if (!retired.count(inode)) return {fd, inode};
     }
-    return -1;
+    return {};
+}
+
+// The socket found earlier for `connection`, if its descriptor still is that socket (fd -1
+// otherwise; a stale entry is forgotten).
+Socket known_socket(RpcState& s, const std::string& connection) {
+    auto cached = s.sockets.find(connection);
+    if (cached == s.sockets.end()) return {};
+    if (socket_inode(cached->second.fd) == cached->second.inode) return cached->second;
+    s.sockets.erase(cached);
+    return {};
 }
 
 // Whether the worker closed the connection (or it broke): readable EOF or an error. Between
@@ -198,62 +252,126 @@ bool connection_closed(int fd) {
 #endif
 }
 
-std::string lost_message(const std::string& endpoint) {
-    return "the RPC worker at " + endpoint + " closed its connection (it stopped or crashed); restart "
-           "`localspec rpc-worker` there, then restart this localspec to load the model again.";
+std::string lost_message(const std::string& connection) {
+    return "the RPC worker at " + shown(connection) + " closed its connection (it stopped or crashed); restart "
+           "`localspec rpc-worker` there (a server loads the model again at the next request once it answers).";
 }
 
-// Whether ggml's connection to `endpoint` was closed or reset by the worker. The socket found
-// last time is asked first: once reset it no longer names its peer, but ggml still holds it.
-bool connection_lost(RpcState& s, const std::string& endpoint) {
-    const sockaddr_in addr = resolve(endpoint);
-    auto cached = s.sockets.find(endpoint);
-    if (cached != s.sockets.end()) {
-        const int fd = cached->second;
+// What a look at ggml's connection finds: a socket connected to the worker, one the worker
+// closed or reset, or none (no model on it, or a socket reset before it was ever seen: once
+// reset, a socket no longer names its peer).
+enum class Link { Open, Lost, Unseen };
+
+// ggml's connection to `connection` now. The socket found last time is asked first (by inode:
+// its descriptor may be another socket now); a reset one no longer names its peer, but ggml
+// still holds it.
+Link look_at(RpcState& s, const std::string& connection) {
+    const sockaddr_in addr = resolve(connection);
+    const Socket known = known_socket(s, connection);
+    if (known.fd >= 0) {
         sockaddr_in peer{};
         socklen_t len = sizeof(peer);
-        if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0 && errno == ENOTCONN) return true;
-        if (peer_is(fd, addr)) return connection_closed(fd);
-        s.sockets.erase(cached);
+        if (getpeername(known.fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0 && errno == ENOTCONN) return Link::Lost;
+        if (peer_is(known.fd, addr)) return connection_closed(known.fd) ? Link::Lost : Link::Open;
+        s.sockets.erase(connection);
     }
-    const int fd = scan_for_connection(addr);
-    if (fd < 0) return false;  // no connection now (no model on it): nothing to lose
-    keep_alive(fd);
-    s.sockets[endpoint] = fd;
-    return connection_closed(fd);
+    const Socket found = scan_for_connection(addr, s.retired);
+    if (found.fd < 0) return Link::Unseen;
+    keep_alive(found.fd);
+    s.sockets[connection] = found;
+    return connection_closed(found.fd) ? Link::Lost : Link::Open;
 }
 
-// The endpoints whose connection is lost now; each is marked failed.
-std::vector<std::string> mark_closed(RpcState& s) {
-    std::vector<std::string> lost;
-    for (const std::string& endpoint : s.attached) {
-        if (connection_lost(s, endpoint)) {
-            s.failed.emplace(endpoint, lost_message(endpoint));
-            lost.push_back(endpoint);
+bool connection_lost(RpcState& s, const std::string& connection) { return look_at(s, connection) == Link::Lost; }
+
+// Hang up ggml's connection of `connection` (a reconnect replaces it) and never look at it again.
+void retire(RpcState& s, const std::string& connection) {
+    const sockaddr_in addr = resolve(connection);
+    Socket socket = known_socket(s, connection);
+    if (socket.fd < 0) socket = scan_for_connection(addr, s.retired);
+    if (socket.fd >= 0 && peer_is(socket.fd, addr)) shutdown(socket.fd, SHUT_RDWR);
+    if (socket.fd >= 0) s.retired.insert(socket.inode);
+    s.sockets.erase(connection);
+}
+
+bool in_use(RpcState& s, const std::string& connection) {
+    auto users = s.users.find(connection);
+    return users != s.users.end() && users->second > 0;
+}
+
+// The connections in use that have not failed yet (those of freed models are not in use: a
+// worker stopped after its model was freed, or the socket number ggml reuses, is no loss).
+std::vector<std::string> live_connections(RpcState& s) {
+    std::vector<std::string> live;
+    for (const auto& [connection, users] : s.users) {
+        if (users > 0 && !s.failed.count(connection)) live.push_back(connection);
+    }
+    return live;
+}
+
+// After ggml's connection thread reported a broken link: the live connections it may have
+// been, each marked failed. Those closed or reset by their worker; when none is seen lost, the
+// ones without a socket connected to their worker (reset before they were seen); when every
+// one looks open, all of them (ggml did not say which).
+std::vector<std::string> mark_broken(RpcState& s) {
+    std::vector<std::string> lost, unseen, live = live_connections(s);
+    for (const std::string& connection : live) {
+        const Link link = look_at(s, connection);
+        if (link == Link::Lost) lost.push_back(connection);
+        if (link == Link::Unseen) unseen.push_back(connection);
+    }
+    const bool seen = !lost.empty();
+    const std::vector<std::string>& broken = seen ? lost : !unseen.empty() ? unseen : live;
+    for (const std::string& connection : broken) {
+        s.failed.emplace(connection, seen ? lost_message(connection) :
+                         "the connection to the RPC worker at " + shown(connection) + " broke (the worker "
+                         "stopped, crashed or became unreachable); restart `localspec rpc-worker` there (a "
+                         "server loads the model again at the next request once it answers).");
+    }
+    return broken;
+}
+
+// The connections of the engine thread's load that an abort message of ggml-rpc names ("Failed
+// to connect to HOST:PORT"); all of them when it names none.
+std::vector<std::string> named_in(const char* message) {
+    std::vector<std::string> named;
+    for (const std::string& connection : t_loading) {
+        if (std::strstr(message, (connection + "\n").c_str()) || std::strstr(message, (connection + " ").c_str())) {
+            named.push_back(connection);
         }
     }
-    return lost;
+    return named.empty() ? t_loading : named;
+}
+
+// On the engine thread (connecting while a model loads): the connection is marked failed and
+// the abort becomes a UserError, which llama.cpp's loader catches like any load error.
+[[noreturn]] void throw_on_engine_thread(const char* message) {
+    RpcState& s = state();
+    std::string sentence;
+    {
+        std::lock_guard<std::mutex> lock(s.mutex);
+        std::vector<std::string> named = named_in(message);
+        std::string which;
+        for (const std::string& connection : named) which += (which.empty() ? "" : ", ") + shown(connection);
+        sentence = "the RPC worker at " + which + " stopped answering while the model loaded; restart "
+                   "`localspec rpc-worker` there and load again.";
+        for (const std::string& connection : named) s.failed.emplace(connection, sentence);
+    }
+    throw worker_error(sentence);
 }
 
 // ggml's abort: a lost worker in the middle of a pass parks ggml's connection thread (the pass
-// never completes, the process lives on); any other abort is printed and happens.
+// never completes, the process lives on); on the engine thread it throws; any other abort is
+// printed and happens.
 void on_ggml_abort(const char* message) {
-    const bool rpc = message && std::strstr(message, "RPC") != nullptr;
+    const bool rpc = message && (std::strstr(message, "ggml-rpc") != nullptr || std::strstr(message, "RPC") != nullptr);
+    if (rpc && t_engine_thread && std::uncaught_exceptions() == 0) throw_on_engine_thread(message);
     if (rpc && !t_engine_thread) {
         RpcState& s = state();
         {
             std::lock_guard<std::mutex> lock(s.mutex);
-            std::vector<std::string> lost = mark_closed(s);
-            if (lost.empty()) {  // not told which: every worker of this process is suspect
-                lost.assign(s.attached.begin(), s.attached.end());
-                for (const std::string& endpoint : lost) {
-                    s.failed.emplace(endpoint, "the connection to the RPC worker at " + endpoint +
-                                                   " failed in the middle of a pass; restart the worker, "
-                                                   "then this localspec.");
-                }
-            }
-            s.stuck.insert(lost.begin(), lost.end());
-            std::fprintf(stderr, "localspec: error: %s\n", s.failed[lost.front()].c_str());
+            const std::vector<std::string> lost = mark_broken(s);
+            s.stuck.insert(lost.begin(), lost.end());  // the engine's watcher reports it
         }
         for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
     }
@@ -271,38 +389,82 @@ std::string rpc_install_hint() {
            "(README, \"Install variants\").";
 }
 
-std::vector<ggml_backend_device*> attach_rpc(const std::vector<std::string>& endpoints) {
+namespace {
+
+using AddServer = ggml_backend_reg_t (*)(const char*);
+
+// Probe `endpoint`, mark its current connection in use (before ggml connects: a broken link
+// then is blamed on it) and hand it to ggml; its devices are added to `attachment`.
+void attach_one(AddServer add_server, const std::string& endpoint, RpcAttachment& attachment) {
+    RpcState& s = state();
+    std::string connection;
+    {
+        std::lock_guard<std::mutex> lock(s.mutex);
+        connection = current_name(s, endpoint);
+        auto failed = s.failed.find(connection);
+        if (failed != s.failed.end()) throw worker_error(failed->second);
+    }
+    probe(endpoint);
+    {
+        std::lock_guard<std::mutex> lock(s.mutex);
+        ++s.users[connection];
+    }
+    attachment.connections.push_back(connection);
+    ggml_backend_reg_t server = add_server(connection.c_str());
+    if (!server || ggml_backend_reg_dev_count(server) == 0) {
+        throw worker_error("the RPC worker at " + endpoint + " lends no device; start it with a --device it has.");
+    }
+    for (size_t i = 0; i < ggml_backend_reg_dev_count(server); ++i) {
+        attachment.devices.push_back(ggml_backend_reg_dev_get(server, i));
+    }
+}
+
+}  // namespace
+
+RpcAttachment attach_rpc(const std::vector<std::string>& endpoints) {
     t_engine_thread = true;
     ggml_backend_reg_t reg = rpc_registry();
-    using AddServer = ggml_backend_reg_t (*)(const char*);
     auto add_server = reinterpret_cast<AddServer>(ggml_backend_reg_get_proc_address(reg, "ggml_backend_rpc_add_server"));
     if (!add_server) throw UserError(ErrorKind::RpcUnavailable, rpc_install_hint());
     static std::once_flag once;
     std::call_once(once, [] { ggml_set_abort_callback(on_ggml_abort); });
-    std::vector<ggml_backend_device*> devices;
+    rpc_reconnect(endpoints);  // a worker that failed before and answers again: connect anew
     RpcState& s = state();
-    for (const std::string& endpoint : endpoints) {
-        {
-            std::lock_guard<std::mutex> lock(s.mutex);
-            auto failed = s.failed.find(endpoint);
-            if (failed != s.failed.end()) throw worker_error(failed->second);
-        }
-        probe(endpoint);
-        ggml_backend_reg_t server = add_server(endpoint.c_str());
-        if (!server || ggml_backend_reg_dev_count(server) == 0) {
-            throw worker_error("the RPC worker at " + endpoint + " lends no device; start it with a --device it has.");
-        }
-        for (size_t i = 0; i < ggml_backend_reg_dev_count(server); ++i) devices.push_back(ggml_backend_reg_dev_get(server, i));
+    t_loading.clear();
+    {
         std::lock_guard<std::mutex> lock(s.mutex);
-        s.attached.insert(endpoint);
+        for (const std::string& endpoint : endpoints) t_loading.push_back(current_name(s, endpoint));
     }
-    return devices;
+    RpcAttachment attachment;
+    try {
+        for (const std::string& endpoint : endpoints) attach_one(add_server, endpoint, attachment);
+    } catch (...) {
+        release_rpc(attachment.connections);  // nothing stays in use after a failed attach
+        throw;
+    }
+    return attachment;
+}
+
+void release_rpc(const std::vector<std::string>& connections) {
+    RpcState& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    for (const std::string& connection : connections) {
+        auto users = s.users.find(connection);
+        if (users == s.users.end() || --users->second > 0) continue;
+        s.users.erase(users);
+        s.sockets.erase(connection);  // ggml closes its socket with the last model on it
+    }
 }
 
 std::vector<RemoteDeviceInfo> remote_devices(const std::vector<std::string>& endpoints) {
     std::vector<RemoteDeviceInfo> out;
     for (const std::string& endpoint : endpoints) {
-        for (ggml_backend_dev_t dev : attach_rpc({endpoint})) {
+        const RpcAttachment attachment = attach_rpc({endpoint});
+        struct Release {
+            const std::vector<std::string>& connections;
+            ~Release() { release_rpc(connections); }
+        } release{attachment.connections};
+        for (ggml_backend_dev_t dev : attachment.devices) {
             RemoteDeviceInfo info;
             info.endpoint = endpoint;
             info.name = ggml_backend_dev_name(dev);
@@ -316,26 +478,26 @@ std::vector<RemoteDeviceInfo> remote_devices(const std::vector<std::string>& end
     return out;
 }
 
-void check_rpc_alive(const std::vector<std::string>& endpoints) {
-    if (endpoints.empty()) return;
+void check_rpc_alive(const std::vector<std::string>& connections) {
+    if (connections.empty()) return;
     t_engine_thread = true;
     RpcState& s = state();
     std::lock_guard<std::mutex> lock(s.mutex);
-    for (const std::string& endpoint : endpoints) {
-        auto failed = s.failed.find(endpoint);
+    for (const std::string& connection : connections) {
+        auto failed = s.failed.find(connection);
         if (failed != s.failed.end()) throw worker_error(failed->second);
-        if (connection_lost(s, endpoint)) {
-            s.failed.emplace(endpoint, lost_message(endpoint));
-            throw worker_error(lost_message(endpoint));
+        if (connection_lost(s, connection)) {
+            s.failed.emplace(connection, lost_message(connection));
+            throw worker_error(lost_message(connection));
         }
     }
 }
 
-bool rpc_failed(const std::vector<std::string>& endpoints) {
+bool rpc_failed(const std::vector<std::string>& connections) {
     RpcState& s = state();
     std::lock_guard<std::mutex> lock(s.mutex);
-    for (const std::string& endpoint : endpoints) {
-        if (s.failed.count(endpoint)) return true;
+    for (const std::string& connection : connections) {
+        if (s.failed.count(connection)) return true;
     }
     return false;
 }
@@ -344,9 +506,44 @@ std::string rpc_failure(const std::vector<std::string>& endpoints) {
     RpcState& s = state();
     std::lock_guard<std::mutex> lock(s.mutex);
     for (const std::string& endpoint : endpoints) {
-        if (s.stuck.count(endpoint)) return s.failed[endpoint];
+        const std::string connection = current_name(s, endpoint);
+        if (s.stuck.count(connection)) return s.failed[connection];
     }
     return "";
+}
+
+std::string rpc_lost(const std::vector<std::string>& endpoints) {
+    RpcState& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    for (const std::string& endpoint : endpoints) {
+        const std::string connection = current_name(s, endpoint);
+        if (!s.failed.count(connection) && in_use(s, connection) && connection_lost(s, connection)) {
+            s.failed.emplace(connection, lost_message(connection));
+        }
+        auto failed = s.failed.find(connection);
+        if (failed != s.failed.end()) return failed->second;
+    }
+    return "";
+}
+
+void rpc_reconnect(const std::vector<std::string>& endpoints) {
+    RpcState& s = state();
+    {
+        std::lock_guard<std::mutex> lock(s.mutex);
+        bool any_failed = false;
+        for (const std::string& endpoint : endpoints) any_failed = any_failed || s.failed.count(current_name(s, endpoint));
+        if (!any_failed) return;
+        // This generation's models are left as they are, never freed: mark every connection of
+        // theirs failed, and hang up the ones still open (a worker serves one client at a time).
+        for (const std::string& endpoint : endpoints) {
+            const std::string connection = current_name(s, endpoint);
+            s.failed.emplace(connection, lost_message(connection));
+            retire(s, connection);
+        }
+    }
+    for (const std::string& endpoint : endpoints) probe(endpoint);
+    std::lock_guard<std::mutex> lock(s.mutex);
+    for (const std::string& endpoint : endpoints) ++s.generation[endpoint];
 }
 
 std::vector<std::string> default_worker_devices() {

@@ -1,7 +1,8 @@
 """A worker that dies under a loaded engine (issue 22, docs/rpc.md "How it works"): between two
 passes, the check before the next pass reports it; in the middle of a pass, ggml's abort is
 turned into a parked connection thread and the engine's watcher fails the request. Either way a
-RemoteWorkerError naming the worker, never an abort, and the engine refuses further work."""
+RemoteWorkerError naming the worker, never an abort; later requests fail the same way while the
+worker does not answer, and once it answers again the engine loads the model again by itself."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from localspec import _core
 from localspec.engine import Engine
 from localspec.errors import RemoteWorkerError
-from tests.rpc_workers import workers
+from tests.rpc_workers import start_worker, workers
 
 PROMPT = "the cat sat on the mat. the cat sat on the mat. the cat"
 GREEDY = {"max_tokens": 32, "temperature": 0.0, "ignore_eos": True}
@@ -40,15 +41,38 @@ def test_a_worker_gone_between_passes_is_an_error_before_ggml_sees_it(
         (victim, killed), (_, other) = started
         engine = Engine.load(tiny_model_path, draft="ngram", n_ctx=512, n_threads=1,
                              rpc=(killed, other))
-        assert len(engine.generate(PROMPT, **GREEDY).tokens) == GREEDY["max_tokens"]
+        before = engine.generate(PROMPT, **GREEDY)
+        assert len(before.tokens) == GREEDY["max_tokens"]
+        engine._stopped.set()  # the watcher off: the check before the pass must catch it
         victim.kill()
         victim.wait()
         with pytest.raises(RemoteWorkerError, match=f"RPC worker at {killed} closed"):
             engine.generate(PROMPT, **GREEDY)
-        with pytest.raises(RemoteWorkerError, match=killed):  # and every later request
-            engine.generate("again", max_tokens=2)
         assert _core.rpc_failure([killed, other]) == ""  # no pass was left waiting
         engine.close()  # frees nothing on the workers (that would abort): returns
+
+
+def test_a_worker_gone_while_idle_then_back_reloads_the_model(tiny_model_path: Path) -> None:
+    with workers(2) as started:
+        (victim, killed), (_, other) = started
+        engine = Engine.load(tiny_model_path, draft="ngram", n_ctx=512, n_threads=1,
+                             rpc=(killed, other))
+        before = engine.generate(PROMPT, **GREEDY)
+        victim.kill()
+        victim.wait()
+        deadline = time.monotonic() + 30
+        while engine.status != "worker_lost":  # the watcher polls ggml's connections
+            assert time.monotonic() < deadline, "the watcher never noticed"
+            time.sleep(0.05)
+        assert killed in (engine.failure or "")
+        with pytest.raises(RemoteWorkerError, match=f"RPC worker at {killed}"):
+            engine.generate("again", max_tokens=2)  # the probe finds nobody: still lost
+        assert engine.status == "worker_lost"
+        started[0] = start_worker(int(killed.rsplit(":", 1)[1]))
+        after = engine.generate(PROMPT, **GREEDY)  # probes, loads again, serves
+        assert after.tokens == before.tokens
+        assert engine.status == "ok"
+        engine.close()
 
 
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux's /proc/net/tcp")
@@ -69,6 +93,6 @@ def test_a_worker_lost_in_the_middle_of_a_pass_fails_the_request(tiny_model_path
         with pytest.raises(RemoteWorkerError, match=f"RPC worker at {killed}"):
             handle.result(timeout=60)
         assert killed in _core.rpc_failure([killed, other])  # lost mid-pass, not before one
-        with pytest.raises(RemoteWorkerError, match=killed):
-            engine.submit("again", max_tokens=2)
+        with pytest.raises(RemoteWorkerError, match=killed):  # the probe finds nobody
+            engine.submit("again", max_tokens=2).result(timeout=60)
         engine.close()  # the engine thread stays blocked in that pass; close returns anyway
