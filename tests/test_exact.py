@@ -14,6 +14,7 @@ import pytest
 
 from localspec import _core
 from localspec.engine import Engine
+from localspec.errors import InvalidParameterError
 from localspec.invariance import differing_row_counts
 from localspec.prompts import load_prompts
 from localspec.synthetic import TinyConfig, write_model, write_pair
@@ -242,3 +243,27 @@ def test_bench_modes_refuses_what_it_cannot_combine(wide_models: dict[str, Path]
                "--exact")
     assert proc.returncode == 2
     assert "--modes default,exact runs its own engines: leave out --exact." in proc.stderr
+
+
+def test_a_request_can_require_exact_mode(exact_pair: dict[str, Engine],
+                                          tiny_model_path: Path) -> None:
+    """The per-request field: an exact engine (and a real server on it) serves exact=true and
+    says which mode ran; an engine in default mode refuses it with one sentence (HTTP 400)."""
+    import httpx
+
+    from localspec.server import create_app
+    from localspec.server.background import BackgroundServer
+
+    engine = exact_pair["ngram"]
+    greedy = GenerationParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+    assert engine.generate("the quick", greedy, exact=True).tokens == engine.generate(
+        "the quick", greedy, speculative=False).tokens
+    with BackgroundServer(create_app(engine)) as server:
+        body = {"model": engine.info.target_name, "prompt": "the quick", "max_tokens": 8,
+                "temperature": 0, "exact": True}
+        response = httpx.post(f"{server.base_url}/v1/completions", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    assert response.json()["localspec"]["exact"] is True
+    with Engine.load(tiny_model_path, draft="ngram", n_threads=1) as default_mode:
+        with pytest.raises(InvalidParameterError, match="loaded in default mode"):
+            default_mode.generate("the quick", greedy, exact=True)

@@ -92,6 +92,8 @@ BAD_CHAT = [
     ({"top_logprobs": 3}, "top_logprobs"),
     ({"tools": [{"type": "function"}]}, "tools"),
     ({"frequency_penalty": 5.0}, "frequency_penalty"),
+    ({"exact": True}, "exact"),  # this server runs in default mode
+    ({"exact": "yes"}, "exact"),
     ({"grammar": "root ::= ("}, "grammar"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
         "type": "object", "properties": {"a": {"type": "string", "pattern": "^a"}}}}}},

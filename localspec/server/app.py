@@ -110,10 +110,15 @@ async def list_models(request: Request) -> JSONResponse:
 
 async def health(request: Request) -> JSONResponse:
     service = _service(request)
-    info = service.engine.info
+    engine = service.engine
+    info = engine.info
+    failure = engine.failure
     return JSONResponse(
         {
-            "status": "ok",
+            # "ok"; with --rpc also "worker_lost" (the next request probes the workers and
+            # loads the model again: 200, so that a request still comes) or "reloading"
+            "status": engine.status,
+            **({"error": failure} if failure else {}),
             "model": service.model_name,
             "drafter": PurePath(info.drafter).name,  # a file name: no local paths to clients
             "n_ctx": info.n_ctx,

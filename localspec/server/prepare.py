@@ -19,7 +19,7 @@ from localspec.types import GenerationParams
 # Request fields copied onto GenerationParams when the client sets them.
 _SAMPLING_FIELDS = (
     "temperature", "top_p", "top_k", "min_p", "seed", "draft_max", "speculative", "ignore_eos",
-    "repeat_penalty", "frequency_penalty", "presence_penalty",
+    "repeat_penalty", "frequency_penalty", "presence_penalty", "exact",
 )
 
 

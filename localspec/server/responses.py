@@ -24,10 +24,13 @@ def usage_of(result: GenerationResult, prompt_tokens: int) -> dict[str, int]:
     ).model_dump()
 
 
-def speculation_of(stats: GenerationStats, drafter: str, speculative: bool) -> dict[str, Any]:
+def speculation_of(
+    stats: GenerationStats, drafter: str, speculative: bool, exact: bool = False
+) -> dict[str, Any]:
     return SpeculationStats(
         drafter=drafter,
         speculative=speculative,
+        exact=exact,
         drafted=stats.drafted,
         accepted=stats.accepted,
         rejected=stats.rejected,

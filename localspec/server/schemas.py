@@ -103,6 +103,7 @@ class SamplingRequest(Strict):
     min_p: float | None = None
     draft_max: int | str | None = None  # an int or "auto" (checked with the other values)
     speculative: bool | None = None
+    exact: bool | None = None  # require the server's exact mode (400 when it runs without)
     ignore_eos: bool | None = None
     repeat_penalty: float | None = None  # llama.cpp's server names
     repeat_last_n: int | None = None
@@ -220,6 +221,7 @@ class SpeculationStats(BaseModel):
 
     drafter: str
     speculative: bool
+    exact: bool  # the server's mode (docs/exact.md)
     drafted: int
     accepted: int
     rejected: int

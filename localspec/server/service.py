@@ -197,7 +197,8 @@ class Service:
         params, drafter = call.prepared.params, self.engine.info.drafter
         speculative = (params.speculative and params.draft_max != 0
                        and self.engine.info.drafter_spec.drafts)
-        return speculation_of(result.stats, PurePath(drafter).name, speculative)
+        return speculation_of(result.stats, PurePath(drafter).name, speculative,
+                              self.engine.info.exact)
 
     async def _events(self, run: Run, first: object) -> AsyncIterator[dict[str, str]]:
         call = run.call

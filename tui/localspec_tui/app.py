@@ -13,6 +13,7 @@ from localspec.types import EngineInfo
 
 from .metrics import EngineClock, StepClock
 from .model_info import memory_summary, pair_label, welcome_lines
+from .restart import ModeSwitch
 from .screens.chat import ChatScreen
 from .screens.error import ErrorScreen
 from .screens.loading import LoadingScreen
@@ -22,12 +23,14 @@ from .widgets.status import ModelLine
 EngineLoader = Callable[[], Engine]
 
 
-class ChatApp(App[None]):
+class ChatApp(App[ModeSwitch | None]):
     """``ChatApp(engine=...)`` for a loaded engine, or ``ChatApp(loader=...)`` to load here.
 
     With a loader, loading runs on a worker thread behind a loading screen; a failure shows
     the error screen with the error's sentence (no traceback), and the app owns (and closes)
     the engine it loaded. ``clock`` times the steps for tokens/s (default: the engine's own).
+    ``restored``: the conversation of the chat that restarted into this one (``/exact``); the
+    app's result is a ModeSwitch when the user asks for the other mode.
     """
 
     CSS_PATH = "chat.tcss"
@@ -48,6 +51,7 @@ class ChatApp(App[None]):
         loading_label: str = "the models",
         kind: ModelKind | None = None,
         notes: Callable[[EngineInfo], list[str]] | None = None,
+        restored: ModeSwitch | None = None,
     ) -> None:
         super().__init__()
         if (engine is None) == (loader is None):
@@ -63,6 +67,7 @@ class ChatApp(App[None]):
         self.loading_label = loading_label
         self.kind = kind or ModelKind()  # base or instruct, from models.toml when it says
         self.notes = notes  # sentences about limits (a context llama.cpp enlarged, ...)
+        self.restored = restored
         self.owns_engine = False
         self.load_error: str | None = None
 
@@ -93,7 +98,7 @@ class ChatApp(App[None]):
         welcome = welcome_lines(info, model, self.kind, self.pair)
         return ChatScreen(
             engine, self.settings, self.clock, model, self.chat_template, self.chat_stop,
-            [*welcome, *notes],
+            [*welcome, *notes], self.restored,
         )
 
     def _load(self) -> None:  # worker thread

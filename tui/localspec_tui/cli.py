@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import replace
 from typing import Any
 
@@ -16,6 +17,7 @@ from localspec.commands.common import (
 from localspec.commands.shaping import add_shaping_arguments, shaping_fields
 from localspec.errors import InvalidParameterError
 
+from .restart import ModeSwitch, restart, restore
 from .settings import ChatSettings, parse_draft_max
 
 
@@ -40,6 +42,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: random)")
     add_speculation_switch(parser, old="--no-spec")  # F2 toggles it in the chat
     add_shaping_arguments(parser)
+    parser.add_argument(
+        "--restore", metavar="FILE",
+        help="continue the conversation /exact saved in FILE when it restarted the chat in the "
+        "other mode; the file is deleted (default: a new conversation)",
+    )
     parser.set_defaults(func=run_chat)
 
 
@@ -80,6 +87,7 @@ def run_chat(args: argparse.Namespace) -> int:
     # a pair that does not fit is refused before anything loads; loading happens in the UI.
     choice = resolve_models(args)
     settings = settings_from_args(args, choice)
+    restored = restore(args.restore) if args.restore else None
     plan = plan_choice(args, choice)
 
     def load() -> Engine:
@@ -95,6 +103,9 @@ def run_chat(args: argparse.Namespace) -> int:
         loading_label=choice.target,
         kind=choice.kind,
         notes=lambda info: limit_notes(args, choice.n_ctx, info),
+        restored=restored,
     )
-    app.run()
+    result = app.run()
+    if isinstance(result, ModeSwitch):
+        restart(sys.argv[1:], result)
     return 1 if app.load_error else 0

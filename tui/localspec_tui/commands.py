@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 COMMANDS = (
     "help", "new", "copy", "colours", "quit", "temp", "k", "spec", "system", "max", "json",
+    "exact",
 )
 ALIASES = {"colors": "colours", "clear": "new", "exit": "quit", "draft": "k", "temperature": "temp"}
 

@@ -17,6 +17,7 @@ from ..commands import parse_command, parse_max_tokens, parse_switch
 from ..conversation import Conversation
 from ..generation import ReplyChunk, ReplyFailed, ReplyFinished, ReplyJob, ReplySegment
 from ..metrics import ReplyMetrics, StepClock
+from ..restart import ModeSwitch
 from ..settings import ChatSettings, parse_draft_max, parse_temperature
 from ..widgets.charts import SparkRow
 from ..widgets.status import ModelLine, StatusBar
@@ -47,9 +48,11 @@ class ChatScreen(Screen[None]):
         chat_template: str | None = None,
         chat_stop: tuple[str, ...] = (),
         welcome: list[str] | None = None,
+        restored: ModeSwitch | None = None,
     ) -> None:
         super().__init__()
         self.welcome = welcome or []  # the first notices: model, drafter, keys, limits
+        self.restored = restored  # the conversation of the chat that restarted into this one
         self.engine = engine
         self.settings = settings
         self.clock = clock
@@ -77,7 +80,25 @@ class ChatScreen(Screen[None]):
             await self.notice(line)
         if self.settings.system_prompt:
             await self.notice(f"System prompt: {self.settings.system_prompt}")
+        if self.restored is not None:
+            await self.show_restored(self.restored)
         self.refresh_status()
+
+    async def show_restored(self, restored: ModeSwitch) -> None:
+        """The turns of the chat that restarted into this one; the conversation goes on."""
+        transcript = self.query_one(Transcript)
+        self.conversation.system_prompt = restored.system_prompt
+        for message in restored.messages:
+            self.conversation.add(message["role"], message["content"])
+            if message["role"] == "user":
+                await transcript.add(UserMessage(message["content"]))
+                continue
+            reply = AssistantMessage(self.show_provenance)
+            await transcript.add(reply)
+            await reply.replace_text(message["content"])
+            await reply.finish("")
+            self.last_answer = message["content"]
+        await self.notice(f"Exact mode {'on' if restored.exact else 'off'}; the chat goes on.")
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -271,6 +292,16 @@ class ChatScreen(Screen[None]):
 
     # ---- slash commands --------------------------------------------------------------------
 
+    def switch_exact(self, exact: bool) -> None:
+        """Exact mode is a load-time choice: the chat restarts in it (localspec_tui.restart)."""
+        if exact == self.engine.info.exact:
+            self.notify(f"Exact mode is already {'on' if exact else 'off'}.", timeout=2)
+        elif self.generating:
+            self.notify("A reply is still streaming: Esc stops it first.", severity="warning")
+        else:
+            messages = [dict(m) for m in self.conversation.messages]
+            self.app.exit(ModeSwitch(exact, messages, self.conversation.system_prompt))
+
     async def run_command(self, text: str) -> None:
         try:
             command = parse_command(text)
@@ -299,6 +330,8 @@ class ChatScreen(Screen[None]):
         elif name == "spec":
             settings.speculative = parse_switch(argument, settings.speculative)
             self._apply_live(f"Speculation {'on' if settings.speculative else 'off'}")
+        elif name == "exact":
+            self.switch_exact(parse_switch(argument, self.engine.info.exact))
         elif name == "json":
             settings.json_mode = parse_switch(argument, settings.json_mode)
             self.notify(f"JSON replies {'on' if settings.json_mode else 'off'}", timeout=2)
