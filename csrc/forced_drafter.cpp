@@ -11,6 +11,8 @@ constexpr char kProbe[] = " e\"a0t,1}";
 // Characters searched per drafted token (a token is ~4 characters of JSON), and at most.
 constexpr size_t kCharsPerToken = 8;
 constexpr size_t kMaxChars = 96;
+// A row with more candidates than this gets its whole logits row.
+constexpr size_t kMaxCandidates = 512;
 
 }  // namespace
 
@@ -18,11 +20,16 @@ ForcedText::ForcedText(const Model& model) : end_(model.vocab().eos) {
     std::vector<Token> of_byte(256, -1);
     const int n = model.vocab().n_tokens;
     for (Token t = 0; t < n; ++t) {
+        if (model.is_end_of_generation(t)) continue;
+        std::string text = model.token_piece(t, true);  // llama.cpp's grammar reads this
+        if (!text.empty() && text[0] != 0) by_text_.emplace_back(std::move(text), t);
         const std::string piece = model.token_piece(t);
-        if (piece.size() != 1 || model.is_end_of_generation(t)) continue;
+        if (piece.size() != 1) continue;
         const auto byte = static_cast<unsigned char>(piece[0]);
         if (byte > 0 && of_byte[byte] < 0) of_byte[byte] = t;
     }
+    std::sort(by_text_.begin(), by_text_.end());
+    every_byte_ = std::all_of(of_byte.begin() + 1, of_byte.end(), [](Token t) { return t >= 0; });
     for (int b = 1; b < 256; ++b) {
         if (of_byte[static_cast<size_t>(b)] < 0) continue;
         bytes_.push_back(of_byte[static_cast<size_t>(b)]);
@@ -57,19 +64,47 @@ std::string ForcedText::find(const Grammar& grammar, size_t max_chars) const {
     return text;
 }
 
+// A token the grammar allows where it forces `rest` must match `rest` byte by byte for as long
+// as both last (one allowed byte per position, find()), so its text is a prefix of `rest` or
+// starts with it. The prefixes are looked up one length at a time, the longer ones as the range
+// of texts that start with `rest`.
+std::vector<Token> ForcedText::candidates(const std::string& rest, size_t max) const {
+    std::vector<Token> out;
+    if (!every_byte_ || rest.empty()) return out;
+    const auto text_less = [](const std::pair<std::string, Token>& e, const std::string& s) { return e.first < s; };
+    for (size_t len = 1; len < rest.size(); ++len) {
+        const std::string prefix = rest.substr(0, len);
+        for (auto it = std::lower_bound(by_text_.begin(), by_text_.end(), prefix, text_less);
+             it != by_text_.end() && it->first == prefix; ++it) {
+            out.push_back(it->second);
+        }
+    }
+    for (auto it = std::lower_bound(by_text_.begin(), by_text_.end(), rest, text_less);
+         it != by_text_.end() && it->first.compare(0, rest.size(), rest) == 0; ++it) {
+        if (out.size() >= max) return {};
+        out.push_back(it->second);
+    }
+    return out.size() <= max ? out : std::vector<Token>{};
+}
+
 ForcedDrafter::ForcedDrafter(const Model& target, std::unique_ptr<Drafter> next)
     : target_(target), next_(std::move(next)) {}
 
+void ForcedDrafter::begin_draft(const Grammar* grammar) {
+    grammar_ = grammar;
+    if (grammar_ && !forced_) forced_ = std::make_unique<ForcedText>(target_);
+}
+
 Draft ForcedDrafter::forced_then_lookup(const std::vector<Token>& history, int k) {
     Draft out;
-    if (!grammar_ || k <= 0) return out;
-    if (!forced_) forced_ = std::make_unique<ForcedText>(target_);
+    if (!grammar_ || !forced_ || k <= 0) return out;
     const std::string text = forced_->find(*grammar_, std::min(kMaxChars, kCharsPerToken * static_cast<size_t>(k)));
     if (text.empty()) return out;
     out.tokens = target_.tokenize(text, false, false);
     if (out.tokens.size() > static_cast<size_t>(k)) out.tokens.resize(static_cast<size_t>(k));
     out.forced = static_cast<int>(out.tokens.size());
     out.kind = DraftKind::forced();
+    out.row_candidates = row_candidates(text, out.tokens);
     const int rest = k - out.forced;
     if (rest <= 0) return out;
     std::vector<Token> context = history;
@@ -79,6 +114,24 @@ Draft ForcedDrafter::forced_then_lookup(const std::vector<Token>& history, int k
     out.tokens.insert(out.tokens.end(), tail.tokens.begin(), tail.tokens.end());
     out.kind = tail.kind;
     return out;
+}
+
+// Row i follows d_1..d_i, whose texts spell the start of the forced text; the rest of it is
+// what the grammar forces there.
+std::vector<std::vector<Token>> ForcedDrafter::row_candidates(const std::string& text,
+                                                              const std::vector<Token>& forced) const {
+    std::vector<std::vector<Token>> rows;
+    size_t at = 0;
+    for (size_t i = 0; i <= forced.size() && at < text.size(); ++i) {
+        std::vector<Token> c = forced_->candidates(text.substr(at), kMaxCandidates);
+        if (c.empty()) break;
+        rows.push_back(std::move(c));
+        if (i == forced.size()) break;
+        const std::string piece = target_.token_piece(forced[i], true);
+        if (text.compare(at, piece.size(), piece) != 0) break;  // a tokenizer that adds text
+        at += piece.size();
+    }
+    return rows;
 }
 
 Draft ForcedDrafter::draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) {

@@ -3,6 +3,7 @@
 // llama.cpp's worker threads.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -22,6 +23,12 @@ public:
     // head's kernel names (the tests run each), "" for the fastest.
     virtual void compute(const float* hidden, int n_rows, float* logits, int n_threads,
                          const std::string& kernel = "") const = 0;
+    // Whether compute_ids works: a row's logits for a few chosen tokens only, each bit-equal
+    // to the same token's logit from compute().
+    virtual bool computes_ids() const { return false; }
+    // logits[v] = head row v . hidden (one hidden row) for each v in `ids`; the rest of
+    // logits[0 .. n_vocab) is left as it was.
+    virtual void compute_ids(const float* /*hidden*/, const std::vector<int32_t>& /*ids*/, float* /*logits*/) const {}
 };
 
 // Memory for packed weights, in 2 MiB pages where the kernel allows it: every call streams the
@@ -62,6 +69,19 @@ void run_groups(const Job& job, int64_t g0, int64_t g1) {
             j += rows;
         }
     }
+}
+
+// Calls run(g) once for each 8-row vocabulary group g that holds one of `ids` (those in
+// 0 .. n_vocab-1): the groups compute_ids runs its head's kernel on.
+template <typename Run>
+void for_groups_of(const std::vector<int32_t>& ids, int64_t n_vocab, const Run& run) {
+    std::vector<int64_t> groups;
+    for (int32_t id : ids) {
+        if (id >= 0 && id < n_vocab) groups.push_back(id / 8);
+    }
+    std::sort(groups.begin(), groups.end());
+    groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
+    for (int64_t g : groups) run(g);
 }
 
 // The x86 instruction sets both heads' kernels run on that this CPU has, fastest first:

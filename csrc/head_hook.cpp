@@ -49,7 +49,7 @@ void HeadHook::before_decode(bool take_rows) {
     captured_ = false;
 }
 
-bool HeadHook::after_decode(int n_rows, int n_vocab, int n_threads) {
+bool HeadHook::after_decode(int n_rows, int n_vocab, int n_threads, const std::vector<std::vector<int32_t>>& only) {
     armed_ = false;
     if (!head_ && weights_) {
         const int64_t rows = weights_->ne[1];
@@ -69,12 +69,43 @@ bool HeadHook::after_decode(int n_rows, int n_vocab, int n_threads) {
         throw std::logic_error("the captured hidden states do not match the logits rows");
     }
     logits_.resize(static_cast<size_t>(n_rows) * static_cast<size_t>(n_vocab));
-    head_->compute(hidden_.data(), n_rows, logits_.data(), n_threads);
+    compute_rows(n_rows, n_vocab, n_threads, only);
     return true;
 }
 
+void HeadHook::compute_rows(int n_rows, int n_vocab, int n_threads, const std::vector<std::vector<int32_t>>& only) {
+    const auto chosen = [&](int r) {
+        return head_->computes_ids() && static_cast<size_t>(r) < only.size() && !only[static_cast<size_t>(r)].empty();
+    };
+    slot_.resize(static_cast<size_t>(n_rows));
+    n_chosen_ = 0;
+    for (int r = 0; r < n_rows; ++r) n_chosen_ += chosen(r) ? 1 : 0;
+    if (n_chosen_ == 0) {  // every row whole, in place: slot r is row r
+        for (int r = 0; r < n_rows; ++r) slot_[static_cast<size_t>(r)] = r;
+        head_->compute(hidden_.data(), n_rows, logits_.data(), n_threads);
+        return;
+    }
+    const size_t n_embd = static_cast<size_t>(head_->n_embd());
+    int n_whole = 0;
+    whole_.clear();
+    for (int r = 0; r < n_rows; ++r) {
+        if (chosen(r)) continue;
+        slot_[static_cast<size_t>(r)] = n_whole++;
+        const auto row = hidden_.begin() + static_cast<long>(static_cast<size_t>(r) * n_embd);
+        whole_.insert(whole_.end(), row, row + static_cast<long>(n_embd));
+    }
+    if (n_whole > 0) head_->compute(whole_.data(), n_whole, logits_.data(), n_threads);
+    int next = n_whole;
+    for (int r = 0; r < n_rows; ++r) {
+        if (!chosen(r)) continue;
+        slot_[static_cast<size_t>(r)] = next;
+        head_->compute_ids(hidden_.data() + static_cast<size_t>(r) * n_embd, only[static_cast<size_t>(r)],
+                           logits_.data() + static_cast<size_t>(next++) * static_cast<size_t>(n_vocab));
+    }
+}
+
 const float* HeadHook::logits(int row, int n_vocab) const {
-    return logits_.data() + static_cast<size_t>(row) * static_cast<size_t>(n_vocab);
+    return logits_.data() + static_cast<size_t>(slot_.at(static_cast<size_t>(row))) * static_cast<size_t>(n_vocab);
 }
 
 }  // namespace localspec

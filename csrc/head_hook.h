@@ -29,9 +29,14 @@ public:
     // Before a decode: stop its graph after the final norm (only once ready()).
     void before_decode(bool take_rows);
     // After it: build the head the first time it was seen (if it is n_vocab rows), and
-    // compute the captured rows' logits. True when this decode's logits are ours.
-    bool after_decode(int n_rows, int n_vocab, int n_threads);
+    // compute the captured rows' logits. True when this decode's logits are ours. `only`
+    // (empty, or one entry per row): where only[r] is not empty, row r's logits are needed
+    // at those tokens alone; when the head computes chosen tokens (OutputHead::computes_ids),
+    // row r's other entries are then left unset.
+    bool after_decode(int n_rows, int n_vocab, int n_threads, const std::vector<std::vector<int32_t>>& only = {});
     const float* logits(int row, int n_vocab) const;
+    // Rows of the last captured decode computed at chosen tokens alone.
+    int chosen_rows() const { return n_chosen_; }
 
 private:
     void inspect(const ggml_tensor* out);
@@ -43,7 +48,14 @@ private:
     const ggml_tensor* weights_ = nullptr;  // a head in CPU memory we can compute, once seen
     std::vector<float> hidden_;
     std::unique_ptr<OutputHead> head_;
-    std::vector<float> logits_;  // [row][n_vocab] of the last captured decode
+    // Computes the whole rows in one call and the rows of `only` one by one: slot_[row] is
+    // where a row's logits are in logits_ (the whole rows first).
+    void compute_rows(int n_rows, int n_vocab, int n_threads, const std::vector<std::vector<int32_t>>& only);
+
+    std::vector<float> logits_;  // [slot][n_vocab] of the last captured decode
+    std::vector<int> slot_;      // [row]: its slot in logits_
+    int n_chosen_ = 0;
+    std::vector<float> whole_;   // the hidden states of the whole rows, when some rows are not
 };
 
 }  // namespace localspec

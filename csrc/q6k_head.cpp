@@ -268,4 +268,11 @@ void Q6KHead::compute(const float* hidden, int n_rows, float* logits, int n_thre
     split_over_threads(p.n_groups, n_threads, [&](int64_t g0, int64_t g1) { run(job, g0, g1); });
 }
 
+void Q6KHead::compute_ids(const float* hidden, const std::vector<int32_t>& ids, float* logits) const {
+    const Q8KRows q = quantize_q8k(hidden, 1, n_embd_);
+    const Packed& p = *packed_;
+    const Job job{p.weights->data(), p.scales.data(), p.d.data(), p.n_super, &q, n_vocab_, logits};
+    for_groups_of(ids, n_vocab_, [&](int64_t g) { p.run(job, g, g + 1); });
+}
+
 }  // namespace localspec

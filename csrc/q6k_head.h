@@ -51,6 +51,9 @@ public:
     int n_embd() const override { return n_embd_; }
     void compute(const float* hidden, int n_rows, float* logits, int n_threads,
                  const std::string& kernel = "") const override;
+    // As Q8Head's: the groups holding `ids`, the same bits as compute().
+    bool computes_ids() const override { return true; }
+    void compute_ids(const float* hidden, const std::vector<int32_t>& ids, float* logits) const override;
 
 private:
     struct Packed;

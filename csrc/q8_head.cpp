@@ -246,4 +246,10 @@ void Q8Head::compute(const float* hidden, int n_rows, float* logits, int n_threa
     split_over_threads(packed_->n_groups, n_threads, [&](int64_t g0, int64_t g1) { run(job, g0, g1); });
 }
 
+void Q8Head::compute_ids(const float* hidden, const std::vector<int32_t>& ids, float* logits) const {
+    const QuantizedRows q = quantize_rows(hidden, 1, n_embd_);
+    const Job job{packed_->weights->data(), packed_->scales.data(), packed_->n_blocks, &q, n_vocab_, logits};
+    for_groups_of(ids, n_vocab_, [&](int64_t g) { packed_->run(job, g, g + 1); });
+}
+
 }  // namespace localspec

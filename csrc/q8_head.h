@@ -49,6 +49,10 @@ public:
     int n_embd() const override { return n_embd_; }
     void compute(const float* hidden, int n_rows, float* logits, int n_threads,
                  const std::string& kernel = "") const override;
+    // Only the 8-row groups that hold `ids`, with the same kernel: every logit is a sum over
+    // blocks in the same order whatever the tile, so the bits equal compute()'s.
+    bool computes_ids() const override { return true; }
+    void compute_ids(const float* hidden, const std::vector<int32_t>& ids, float* logits) const override;
 
 private:
     struct Packed;

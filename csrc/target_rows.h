@@ -15,9 +15,12 @@ class TargetRows {
 public:
     // Row i is the target's logits row first_row + i (a pass may hold other sequences' rows).
     // `grammar` may be null (unconstrained); it advances over the drafts as rows are read and
-    // must outlive this object.
+    // must outlive this object, as must `candidates` (Draft::row_candidates, or null): where
+    // its entry i is not empty, the grammar allows no token outside it at row i, and row i's
+    // logits are read at those tokens alone.
     TargetRows(const Context& target, int first_row, const std::vector<Token>& history, const std::vector<Token>& drafts,
-               const SamplingParams& params, Grammar* grammar);
+               const SamplingParams& params, Grammar* grammar,
+               const std::vector<std::vector<Token>>* candidates = nullptr);
 
     // Rows are read in increasing order, each once (as the acceptance rules walk them).
     // Greedy: the argmax of row i's shaped logits.
@@ -33,12 +36,16 @@ private:
     // Row i's logits with penalties applied (the raw row when there are none).
     const float* penalized(size_t i);
     Token constrained_argmax(const float* logits);
+    // Row i shaped as plain decoding shapes it, from its candidates' logits alone: the allowed
+    // ones penalized, -infinity elsewhere (null when row i has no candidates).
+    const float* from_candidates(size_t i);
 
     const Context& target_;
     int first_row_;
     const std::vector<Token>& drafts_;
     const SamplingParams& params_;
     Grammar* grammar_;
+    const std::vector<std::vector<Token>>* candidates_;
     std::vector<Token> window_;  // the tokens before the current row (penalty window only)
     std::vector<float> buffer_;
     size_t row_ = 0;  // the row the grammar and the window are at

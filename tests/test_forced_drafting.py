@@ -14,7 +14,7 @@ from localspec import _core
 from localspec.engine import Engine
 from localspec.grammar import json_schema_to_gbnf
 from localspec.schema_check import schema_violation
-from localspec.types import GenerationParams
+from localspec.types import GenerationParams, GenerationResult
 from tests.helpers import run_bench
 from tests.stats_helpers import P_VALUE_FLOOR, chi_square_pvalue
 from tests.test_structured import PROMPT, SCHEMA
@@ -89,22 +89,33 @@ def constrained_first(engine: Engine, prompt: list[int]) -> dict[int, float]:
     return {i: p for i, p in zip(ids, probs, strict=False) if p > 0}
 
 
-def test_sampling_with_forced_drafts_follows_the_constrained_target(engines) -> None:
-    engine = engines["ngram"]
-    prompt = engine.tokenize(PROMPT)
+def sample_forced_words(engine: Engine) -> list[GenerationResult]:
+    """2000 two-token samples under FORCED_WORDS, the forced text drafted at every first step."""
     params = GenerationParams(temperature=1.0, top_k=10, top_p=1.0, min_p=0.0, max_tokens=2,
                               ignore_eos=True, grammar=FORCED_WORDS)
-    outputs = [engine.generate(prompt, params, seed=s, draft_max=3) for s in range(2000)]
-    drafted = sum(o.stats.forced_drafted for o in outputs)
-    accepted = sum(o.stats.forced_accepted for o in outputs)
-    assert drafted == 2000 and 0 < accepted < drafted  # max_tokens 2: one draft per step
+    prompt = engine.tokenize(PROMPT)
+    return [engine.generate(prompt, params, seed=s, draft_max=3) for s in range(2000)]
+
+
+def assert_first_tokens_follow_the_constrained_target(engine: Engine,
+                                                      outputs: list[GenerationResult]) -> None:
     first = [o.tokens[0] for o in outputs]
-    right = constrained_first(engine, prompt)
+    right = constrained_first(engine, engine.tokenize(PROMPT))
+    assert len(right) > 1
     assert chi_square_pvalue(first, right) > P_VALUE_FLOOR
     # Power: a rule that took forced drafts as certain (no verification) would always emit the
     # forced text's first token.
     broken = [tokens_of(engine, FORCED)[0]] * len(first)
     assert chi_square_pvalue(broken, right) < 1e-6
+
+
+def test_sampling_with_forced_drafts_follows_the_constrained_target(engines) -> None:
+    engine = engines["ngram"]
+    outputs = sample_forced_words(engine)
+    drafted = sum(o.stats.forced_drafted for o in outputs)
+    accepted = sum(o.stats.forced_accepted for o in outputs)
+    assert drafted == 2000 and 0 < accepted < drafted  # max_tokens 2: one draft per step
+    assert_first_tokens_follow_the_constrained_target(engine, outputs)
 
 
 def test_bench_structured_prompts_are_constrained_valid_and_report_forced_drafts(
