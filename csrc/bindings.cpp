@@ -4,7 +4,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -59,6 +61,18 @@ Distribution dense_to_distribution(const py::array_t<double, py::array::c_style 
         }
     }
     return d;
+}
+
+// For the grammar tests: run(model, grammar) on a vocabulary-only load of `path`, the grammar
+// past `accepted`, without the GIL.
+void with_grammar(const std::string& path, const std::string& gbnf, const std::vector<Token>& accepted,
+                  const std::function<void(const Model&, const Grammar&)>& run) {
+    py::gil_scoped_release release;
+    backend_init(false);
+    const Model model(ModelOptions{path, 0, true});
+    Grammar grammar(model, gbnf);
+    for (Token t : accepted) grammar.accept(t);
+    run(model, grammar);
 }
 
 py::dict acceptance_to_dict(const Acceptance& a) {
@@ -254,6 +268,24 @@ py::array_t<float> head_logits(const py::array_t<uint8_t, py::array::c_style>& b
     }
     return out;
 }
+// The same head's logits of one hidden row at chosen tokens only (OutputHead::compute_ids).
+template <typename Block, typename Head, int BLOCK_VALUES>
+std::vector<float> head_logits_at(const py::array_t<uint8_t, py::array::c_style>& blocks, int64_t n_vocab, int n_embd,
+                                  const py::array_t<float, py::array::c_style>& hidden, const std::vector<int32_t>& ids) {
+    if (n_embd % BLOCK_VALUES != 0 || hidden.size() != n_embd ||
+        static_cast<size_t>(blocks.size()) != static_cast<size_t>(n_vocab) * (n_embd / BLOCK_VALUES) * sizeof(Block)) {
+        throw std::invalid_argument("blocks or hidden have the wrong size");
+    }
+    std::vector<float> row(static_cast<size_t>(n_vocab), NAN);
+    {
+        py::gil_scoped_release release;
+        Head(reinterpret_cast<const Block*>(blocks.data()), n_vocab, n_embd).compute_ids(hidden.data(), ids, row.data());
+    }
+    std::vector<float> out;
+    for (int32_t id : ids) out.push_back(row.at(static_cast<size_t>(id)));
+    return out;
+}
+#define HEAD_LOGITS_AT_ARGS py::arg("blocks"), py::arg("n_vocab"), py::arg("n_embd"), py::arg("hidden"), py::arg("ids")
 #define HEAD_LOGITS_ARGS                                                                                  \
     py::arg("blocks"), py::arg("n_vocab"), py::arg("n_embd"), py::arg("hidden"), py::arg("reference") = false, \
         py::arg("n_threads") = 2, py::arg("kernel") = ""
@@ -355,6 +387,7 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("accepted_by_kind", [](const GenerationStats& s) { return by_source(s.accepted_by_source); })
         .def_readonly("model_drafted", &GenerationStats::model_drafted)
         .def_readonly("model_draft_seconds", &GenerationStats::model_draft_seconds)
+        .def_readonly("candidate_rows", &GenerationStats::candidate_rows)
         .def_readonly("verify_seconds", &GenerationStats::verify_seconds)
         .def_readonly("other_seconds", &GenerationStats::other_seconds)
         .def_readonly("generation_seconds", &GenerationStats::generation_seconds)
@@ -407,6 +440,7 @@ PYBIND11_MODULE(_core, m) {
         .def("eos", [](Core& c) { return c.engine().target().vocab().eos; })
         .def("n_ctx", [](Core& c) { return c.engine().n_ctx(); })
         .def("memory_kind", [](Core& c) { return c.engine().target().memory_kind(); })
+        .def("rollback_depth", [](Core& c) { return c.engine().rollback_depth(); })
         .def("drafter_name", [](Core& c) { return c.engine().drafter_name(); })
         .def("verify_head", [](Core& c) { return c.engine().verify_head(); })
         .def("draft_head", [](Core& c) { return c.engine().draft_head(); })
@@ -467,6 +501,8 @@ PYBIND11_MODULE(_core, m) {
     testing.def("q8_head_logits", &head_logits<Q8Block, Q8Head, q8_head_reference, 32>, HEAD_LOGITS_ARGS);
     testing.def("q8_head_kernels", &Q8Head::kernel_names);
     testing.def("q8_head_packed_bytes", &Q8Head::packed_bytes, py::arg("n_vocab"), py::arg("n_embd"));
+    testing.def("q8_head_logits_at", &head_logits_at<Q8Block, Q8Head, 32>, HEAD_LOGITS_AT_ARGS);
+    testing.def("q6k_head_logits_at", &head_logits_at<Q6KBlock, Q6KHead, 256>, HEAD_LOGITS_AT_ARGS);
     testing.def("q6k_head_logits", &head_logits<Q6KBlock, Q6KHead, q6k_head_reference, 256>, HEAD_LOGITS_ARGS);
     testing.def("q6k_head_packed_bytes", &Q6KHead::packed_bytes, py::arg("n_vocab"), py::arg("n_embd"));
     m.def(
@@ -555,16 +591,22 @@ PYBIND11_MODULE(_core, m) {
     testing.def("forced_text", [](const std::string& path, const std::string& gbnf, const std::vector<Token>& accepted,
                                   size_t max_chars) {
         std::string text;
-        {
-            py::gil_scoped_release release;
-            backend_init(false);
-            const Model model(ModelOptions{path, 0, true});
-            Grammar grammar(model, gbnf);
-            for (Token t : accepted) grammar.accept(t);
+        with_grammar(path, gbnf, accepted, [&](const Model& model, const Grammar& grammar) {
             text = ForcedText(model).find(grammar, max_chars);
-        }
+        });
         return to_bytes(text);
     }, py::arg("path"), py::arg("gbnf"), py::arg("accepted"), py::arg("max_chars"));
+    testing.def("forced_candidates", [](const std::string& path, const std::string& gbnf,
+                                        const std::vector<Token>& accepted, const std::string& rest, size_t max) {
+        std::vector<Token> candidates, allowed;
+        with_grammar(path, gbnf, accepted, [&](const Model& model, const Grammar& grammar) {
+            candidates = ForcedText(model).candidates(rest, max);
+            std::vector<Token> all(static_cast<size_t>(model.vocab().n_tokens));
+            for (size_t t = 0; t < all.size(); ++t) all[t] = static_cast<Token>(t);
+            allowed = grammar.allowed(all);
+        });
+        return std::make_pair(candidates, allowed);
+    }, py::arg("path"), py::arg("gbnf"), py::arg("accepted"), py::arg("rest"), py::arg("max"));
     testing.def("layer_inputs", [](const std::string& path, const std::vector<Token>& tokens, const std::vector<int>& layers,
                              bool extracted) {
         std::vector<float> rows;
@@ -656,6 +698,20 @@ PYBIND11_MODULE(_core, m) {
         backend_init(false);
         return mtp_unsupported(path);
     }, py::arg("path"));
+    // The MTP layers' first-draft logits at every position, computed as the drafter computes them
+    // (csrc/mtp_drafter.h): `localspec check`'s diagnostic.
+    m.def("mtp_first_logits", [](const std::string& target, const std::vector<Token>& tokens, int n_threads) {
+        std::vector<float> rows;
+        {
+            py::gil_scoped_release release;
+            backend_init(false);
+            rows = mtp_first_logits(target, tokens, n_threads);
+        }
+        const auto n = static_cast<py::ssize_t>(tokens.size());
+        py::array_t<float> out({n, n > 0 ? static_cast<py::ssize_t>(rows.size()) / n : py::ssize_t{0}});
+        std::copy(rows.begin(), rows.end(), out.mutable_data());
+        return out;
+    }, py::arg("target"), py::arg("tokens"), py::arg("n_threads") = 1);
     m.def("backend_init", &backend_init, py::arg("verbose") = false);
     m.def("list_devices", [] {
         backend_init(false);
@@ -678,6 +734,11 @@ PYBIND11_MODULE(_core, m) {
     });
     m.def("rpc_install_hint", &rpc_install_hint);
     m.def("rpc_failure", &rpc_failure, py::arg("endpoints"));
+    m.def("rpc_lost", &rpc_lost, py::arg("endpoints"));
+    m.def("rpc_reconnect", [](const std::vector<std::string>& endpoints) {
+        py::gil_scoped_release release;
+        rpc_reconnect(endpoints);
+    }, py::arg("endpoints"));
     py::class_<RemoteDeviceInfo>(m, "RemoteDeviceInfo")
         .def_readonly("endpoint", &RemoteDeviceInfo::endpoint)
         .def_readonly("name", &RemoteDeviceInfo::name)

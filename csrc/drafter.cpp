@@ -61,14 +61,11 @@ ModelDrafter::ModelDrafter(std::shared_ptr<Model> model, const ContextOptions& o
     : model_(std::move(model)), ctx_(*model_, options), max_token_(max_token), sample_(sample), p_min_(p_min) {}
 
 void ModelDrafter::prefill(const std::vector<Token>& history) {
-    if (history.size() > 1) ctx_.sync(std::vector<Token>(history.begin(), history.end() - 1), 0);
+    if (history.size() > 1) ctx_.sync(std::vector<Token>(history.begin(), history.end() - 1), 0, slot_);
 }
 
 void ModelDrafter::rollback(const std::vector<Token>& history) {
-    size_t common = 0;
-    const auto& kv = ctx_.kv_tokens();
-    while (common < kv.size() && common < history.size() && kv[common] == history[common]) ++common;
-    ctx_.truncate(common);
+    ctx_.truncate(ctx_.common_prefix(history, slot_), slot_);
 }
 
 Draft ModelDrafter::draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) {
@@ -77,9 +74,9 @@ Draft ModelDrafter::draft(const std::vector<Token>& history, int k, const Sampli
     const bool sampled = sample_ && !params.greedy();
     // Invariant on entry to each iteration: the draft cache holds history + drafted tokens,
     // and logits(0) is q for the next position.
-    ctx_.sync(history, 1);
+    ctx_.sync(history, 1, slot_);
     for (int i = 0; i < k; ++i) {
-        if (ctx_.kv_tokens().size() >= static_cast<size_t>(ctx_.n_ctx())) break;
+        if (ctx_.kv_tokens(slot_).size() >= static_cast<size_t>(ctx_.n_ctx())) break;
         const float* logits = ctx_.logits(0);
         std::vector<float> penalized;  // q shaped like p: the same penalties over the same window
         if (params.penalized()) {
@@ -104,9 +101,22 @@ Draft ModelDrafter::draft(const std::vector<Token>& history, int k, const Sampli
             break;
         }
         out.tokens.push_back(token);
-        if (i + 1 < k) ctx_.decode({token}, 1);
+        if (i + 1 < k) ctx_.decode({token}, 1, slot_);
     }
     return out;
+}
+
+// ---- one per slot -------------------------------------------------------------------------
+
+PerSlotDrafter::PerSlotDrafter(int n_slots, Factory make) : make_(std::move(make)) {
+    slots_.resize(static_cast<size_t>(std::max(1, n_slots)));
+    slots_[0] = make_(0);  // the first one answers name(), head() and model_kind()
+}
+
+void PerSlotDrafter::select(int slot) {
+    std::unique_ptr<Drafter>& drafter = slots_.at(static_cast<size_t>(slot));
+    if (!drafter) drafter = make_(slot);
+    slot_ = slot;
 }
 
 // ---- hybrid -------------------------------------------------------------------------------

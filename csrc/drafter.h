@@ -2,6 +2,7 @@
 // a second GGUF model, n-gram lookup over the context, or nothing (plain decoding).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +22,11 @@ struct Draft {
     // A chained draft: its first `forced` tokens are text the request's grammar forces (kind
     // DraftKind::forced()); `kind` is that of the tokens after them.
     int forced = 0;
+    // Where the grammar forces text: row_candidates[i] (i <= forced) holds every token the
+    // grammar can allow at row i (after d_1..d_i), a few hundred at most, or is empty (not
+    // known). Verification computes the target's logits of these tokens alone there. Valid
+    // for any shorter draft too: a row's candidates depend only on the drafts before it.
+    std::vector<std::vector<Token>> row_candidates;
 };
 
 class Drafter {
@@ -28,7 +34,8 @@ public:
     virtual ~Drafter() = default;
     virtual std::string name() const = 0;
     // The grammar of the generation about to draft, in its state after that generation's history
-    // (null when it has none); valid until the draft returns. Most drafters do not read it.
+    // (null when it has none); valid until the draft returns. Most drafters do not read it. Not
+    // timed as drafting: one-time tables may be built here.
     virtual void begin_draft(const Grammar* /*grammar*/) {}
     // Propose up to k tokens to follow `history` (prompt + everything emitted so far).
     virtual Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) = 0;
@@ -44,6 +51,9 @@ public:
                               Rng& /*rng*/) {
         return {};
     }
+    // The generation the next calls concern, by its cache slot (batched serving: several
+    // generations take turns). A drafter that keeps a cache keeps one per slot.
+    virtual void select(int /*slot*/) {}
     // The step kept only `history`: drop any state that went beyond it (KV rollback).
     virtual void rollback(const std::vector<Token>& /*history*/) {}
     // Process the prompt before generation starts, so drafting time excludes prefill.
@@ -81,16 +91,48 @@ public:
     Draft model_draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override {
         return draft(history, k, params, rng);
     }
+    void select(int slot) override { slot_ = slot; }
     void rollback(const std::vector<Token>& history) override;
     void prefill(const std::vector<Token>& history) override;
     std::string head() const override { return ctx_.batch_head(); }
 
 private:
     std::shared_ptr<Model> model_;
-    Context ctx_;
+    Context ctx_;  // one sequence per slot (ContextOptions::n_seq)
+    int slot_ = 0;
     int max_token_;  // drafts must be valid target ids: stop before a larger id
     bool sample_;
     float p_min_;  // confidence cutoff: stop drafting below this top probability
+};
+
+// One drafter per generation slot, each made when its slot first comes up (batched serving
+// with a drafter whose state follows one generation: an EAGLE-3 head's or MTP layers' context).
+// Every call goes to the selected slot's drafter.
+class PerSlotDrafter : public Drafter {
+public:
+    using Factory = std::function<std::unique_ptr<Drafter>(int slot)>;
+    PerSlotDrafter(int n_slots, Factory make);
+    std::string name() const override { return slots_[0]->name(); }
+    void select(int slot) override;
+    void begin_draft(const Grammar* grammar) override { current().begin_draft(grammar); }
+    Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override {
+        return current().draft(history, k, params, rng);
+    }
+    Draft lookup_draft(const std::vector<Token>& history, int k) override { return current().lookup_draft(history, k); }
+    bool has_model() const override { return slots_[0]->has_model(); }
+    DraftKind model_kind() const override { return slots_[0]->model_kind(); }
+    Draft model_draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override {
+        return current().model_draft(history, k, params, rng);
+    }
+    void rollback(const std::vector<Token>& history) override { current().rollback(history); }
+    void prefill(const std::vector<Token>& history) override { current().prefill(history); }
+    std::string head() const override { return slots_[0]->head(); }
+
+private:
+    Drafter& current() { return *slots_[static_cast<size_t>(slot_)]; }
+    Factory make_;
+    std::vector<std::unique_ptr<Drafter>> slots_;
+    int slot_ = 0;
 };
 
 // n-gram lookup when the context has a match (free, and often long when the output copies
@@ -106,6 +148,7 @@ public:
     Draft model_draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override {
         return model_->draft(history, k, params, rng);
     }
+    void select(int slot) override { model_->select(slot); }
     void rollback(const std::vector<Token>& history) override { model_->rollback(history); }
     void prefill(const std::vector<Token>& history) override { model_->prefill(history); }
     std::string head() const override { return model_->head(); }

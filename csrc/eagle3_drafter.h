@@ -22,7 +22,11 @@ namespace localspec {
 // of the target's features (bounded: a backlog over kMaxBacklogBytes is committed at once).
 class Eagle3Drafter : public Drafter {
 public:
-    Eagle3Drafter(std::shared_ptr<Model> head, Context& target, int n_threads, bool sample, float p_min);
+    // `slot`: the target sequence whose features it reads (one drafter per generation slot in
+    // batched serving, sharing the head's output-layer copy `vocab`; null: load it).
+    Eagle3Drafter(std::shared_ptr<Model> head, Context& target, int n_threads, bool sample, float p_min,
+                  int slot = 0, std::shared_ptr<const DraftVocabHead> vocab = nullptr);
+    const std::shared_ptr<const DraftVocabHead>& vocab() const { return vocab_; }
     std::string name() const override { return "eagle3:" + head_->path(); }
     Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override;
     bool has_model() const override { return true; }
@@ -41,7 +45,8 @@ private:
     std::shared_ptr<Model> head_;
     Context& target_;
     HeadContext ctx_;
-    DraftVocabHead vocab_;
+    std::shared_ptr<const DraftVocabHead> vocab_;
+    int slot_;
     int n_threads_;
     bool sample_;
     float p_min_;

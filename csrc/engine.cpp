@@ -57,6 +57,9 @@ ContextOptions target_options(const EngineOptions& options, const DrafterSpec& s
     out.kv_type = options.exact ? kExactKvType : options.kv_type;
     out.exact = options.exact;
     out.n_seq = options.n_seq;
+    // A recurrent or hybrid target takes back at most this many rejected draft tokens (the
+    // step caps its drafts at Context::rollback_depth); exact mode keeps it plain.
+    out.rollback_depth = spec.kind == "none" || options.exact ? 0 : kAutoDraftMax;
     if (spec.head) {
         check_head_fits(spec.path, *spec.head, target);
         out.tap_layers = spec.head->target_layers;
@@ -68,9 +71,14 @@ ContextOptions target_options(const EngineOptions& options, const DrafterSpec& s
 std::unique_ptr<Drafter> configured_drafter(const EngineOptions& options, const DrafterSpec& spec,
                                             const Model& target, Context& target_ctx) {
     if (spec.kind == "ngram") return std::make_unique<NgramDrafter>(options.ngram_min, options.ngram_max);
+    // Hidden-state drafters follow one generation each: one per slot (PerSlotDrafter).
     if (spec.kind == "mtp") {
-        auto mtp = std::make_unique<MtpDrafter>(target, target_ctx, options.n_threads, options.draft_sampling,
-                                                options.draft_p_min);
+        // (The factory runs later, when a slot first drafts: it holds copies, and references to
+        // the engine's own target model and context only.)
+        auto mtp = std::make_unique<PerSlotDrafter>(options.n_seq, [=, &target, &target_ctx](int slot) {
+            return std::make_unique<MtpDrafter>(target, target_ctx, options.n_threads, options.draft_sampling,
+                                                options.draft_p_min, slot);
+        });
         return std::make_unique<HybridDrafter>(NgramDrafter(options.ngram_min, options.ngram_max), std::move(mtp),
                                                "mtp");
     }
@@ -78,11 +86,18 @@ std::unique_ptr<Drafter> configured_drafter(const EngineOptions& options, const 
     check_vocab_compatible(target, *draft);
     std::unique_ptr<Drafter> model;
     if (spec.kind == "eagle3") {
-        model = std::make_unique<Eagle3Drafter>(draft, target_ctx, options.n_threads, options.draft_sampling,
-                                                options.draft_p_min);
+        std::shared_ptr<const DraftVocabHead> vocab;  // the head's output layer, shared by the slots
+        model = std::make_unique<PerSlotDrafter>(options.n_seq, [=, &target_ctx](int slot) mutable {
+            auto head = std::make_unique<Eagle3Drafter>(draft, target_ctx, options.n_threads,
+                                                        options.draft_sampling, options.draft_p_min, slot, vocab);
+            vocab = head->vocab();
+            return head;
+        });
     } else {
-        model = std::make_unique<ModelDrafter>(draft, context_options(options, options.fast_head),
-                                               target.vocab().n_tokens, options.draft_sampling, options.draft_p_min);
+        ContextOptions draft_ctx = context_options(options, options.fast_head);
+        draft_ctx.n_seq = options.n_seq;  // a cache per generation slot (Drafter::select)
+        model = std::make_unique<ModelDrafter>(draft, draft_ctx, target.vocab().n_tokens, options.draft_sampling,
+                                               options.draft_p_min);
     }
     if (!spec.with_ngram) return model;
     const std::string name = spec.kind == "eagle3" ? model->name() : "hybrid:" + model->name();
@@ -125,13 +140,7 @@ SpecEngine::SpecEngine(const EngineOptions& options, const DrafterSpec& drafter)
       target_model_(load_target(options)),
       target_(*target_model_, target_options(options, drafter, *target_model_)),
       drafter_(make_drafter(options, drafter, *target_model_, target_)),
-      controller_(drafter_ ? options.controller_k_max : 0) {
-    if (options.n_seq > 1 && drafter_ && drafter_->has_model()) {
-        throw UserError(ErrorKind::InvalidParameter,
-                        "several generations per pass need a drafter that runs no model (ngram or none); "
-                        "serve a draft model or head one generation at a time (--parallel 1).");
-    }
-}
+      controller_(drafter_ ? options.controller_k_max : 0) {}
 
 SpecEngine::~SpecEngine() = default;
 
@@ -184,8 +193,18 @@ int SpecEngine::choose_slot(const GenerateRequest& request) const {
 // reused by the next request only if no other request started in between.
 void SpecEngine::forget_idle_slots(int chosen) {
     for (int slot = 0; slot < n_seq(); ++slot) {
-        if (slot != chosen && !target_.kv_tokens(slot).empty() && !slot_busy(slot)) target_.truncate(0, slot);
+        if (slot != chosen && !target_.kv_tokens(slot).empty() && !slot_busy(slot)) clear_slot(slot);
     }
+}
+
+void SpecEngine::clear_slot(int slot) {
+    target_.truncate(0, slot);
+    if (Drafter* drafter = drafter_for(slot)) drafter->rollback({});
+}
+
+Drafter* SpecEngine::drafter_for(int slot) {
+    if (drafter_) drafter_->select(slot);
+    return drafter_.get();
 }
 
 int SpecEngine::start(const GenerateRequest& request, ChunkCallback on_chunk) {
@@ -198,10 +217,7 @@ int SpecEngine::start(const GenerateRequest& request, ChunkCallback on_chunk) {
     // Plain requests leave the target's graph uninterrupted (no features for a head).
     if (n_seq() == 1) target_.set_tapping(request.draft_max > 0);
     if (request.adaptive && drafter_) calibrate(s->history, s->slot);
-    if (!request.reuse_cache) {
-        target_.truncate(0, s->slot);
-        if (drafter_) drafter_->rollback({});
-    }
+    if (!request.reuse_cache) clear_slot(s->slot);
     forget_idle_slots(s->slot);
     // The prompt's cached prefix is kept; the rest is prefilled by step().
     s->prefilled = target_.common_prefix(std::vector<Token>(s->history.begin(), s->history.end() - 1), s->slot);
@@ -242,7 +258,7 @@ int SpecEngine::prefill_joining() {
                      s.slot);
         prefilled += take[i];
         const bool done = s.prefilled + 1 == s.history.size();
-        if (done && drafter_) drafter_->prefill(s.history);
+        if (Drafter* drafter = done ? drafter_for(s.slot) : nullptr) drafter->prefill(s.history);
         const auto t1 = Clock::now();
         s.result.stats.prefill_seconds += std::chrono::duration<double>(t1 - t0).count();
         if (done) {

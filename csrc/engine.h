@@ -107,6 +107,9 @@ public:
 
     const Model& target() const { return *target_model_; }
     int n_ctx() const { return target_.n_ctx(); }
+    // How many rejected draft tokens the target can take back (Context::rollback_depth): -1
+    // any number; 0 none (a recurrent target without state snapshots: decode it plainly).
+    int rollback_depth() const { return target_.rollback_depth(); }
     std::string drafter_name() const { return drafter_ ? drafter_->name() : "none"; }
     std::string verify_head() const { return target_.batch_head(); }
     std::string draft_head() const { return drafter_ ? drafter_->head() : ""; }
@@ -174,6 +177,10 @@ private:
     bool slot_busy(int slot) const;  // a started generation holds it
     int choose_slot(const GenerateRequest& request) const;
     void forget_idle_slots(int chosen);
+    void clear_slot(int slot);  // drop a slot's caches: the target's and the drafter's
+    // The drafter, told which generation slot its next call concerns (Drafter::select); null
+    // without one.
+    Drafter* drafter_for(int slot);
     int free_slot() const;  // for the measuring tools; throws while every slot is busy
     void check_request(const GenerateRequest& request) const;
     // Start-up measurements (engine_tools.cpp).

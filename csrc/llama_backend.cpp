@@ -81,11 +81,12 @@ void backend_init(bool verbose) {
 struct Model::Impl {
     llama_model* model = nullptr;
     const llama_vocab* vocab = nullptr;
-    std::vector<std::string> rpc;  // ModelOptions::rpc
+    std::vector<std::string> rpc;  // ggml's connections to ModelOptions::rpc (RpcAttachment)
     ~Impl() {
         // Freeing a model talks to its workers: after one failed, ggml would abort, so the
-        // model is left allocated (rpc.h).
+        // model is left allocated (rpc.h). Either way its connections are no longer in use.
         if (model && !rpc_failed(rpc)) llama_model_free(model);
+        release_rpc(rpc);
     }
 };
 
@@ -127,8 +128,10 @@ struct RemotePlacement {
     std::vector<ggml_backend_dev_t> devices;
     std::vector<llama_model_tensor_buft_override> overrides;
 
-    void apply(const std::vector<std::string>& endpoints, llama_model_params& params) {
-        devices = attach_rpc(endpoints);
+    // The connections in use for the model (it releases them: Model::Impl).
+    std::vector<std::string> apply(const std::vector<std::string>& endpoints, llama_model_params& params) {
+        RpcAttachment attachment = attach_rpc(endpoints);
+        devices = std::move(attachment.devices);
         const std::vector<ggml_backend_dev_t> local = local_offload_devices();
         devices.insert(devices.end(), local.begin(), local.end());
         devices.push_back(nullptr);
@@ -137,6 +140,7 @@ struct RemotePlacement {
             overrides = {{"^(output|output_norm|token_embd)\\.", ggml_backend_cpu_buffer_type()}, {nullptr, nullptr}};
             params.tensor_buft_overrides = overrides.data();
         }
+        return attachment.connections;
     }
 };
 
@@ -151,13 +155,13 @@ Model::Model(const ModelOptions& options) : impl_(std::make_unique<Impl>()), pat
     params.load_mtp = options.load_mtp;
     RemotePlacement remote;
     if (!options.rpc.empty() && !options.vocab_only) {
-        remote.apply(options.rpc, params);
-        impl_->rpc = options.rpc;
+        impl_->rpc = remote.apply(options.rpc, params);
     }
 
     take_last_error();
     impl_->model = llama_model_load_from_file(path_.c_str(), params);
     if (!impl_->model) {
+        check_rpc_alive(impl_->rpc);  // a worker lost while loading: that sentence
         std::string reason = take_last_error();
         if (reason.empty()) reason = "llama.cpp refused it";
         throw UserError(ErrorKind::ModelLoad, "could not load '" + path_ + "': " + reason +
@@ -182,12 +186,12 @@ std::string Model::token_text(Token token) const {
     return text ? std::string(text) : std::string();
 }
 
-std::string Model::token_piece(Token token) const {
+std::string Model::token_piece(Token token, bool special) const {
     char buf[256];
-    int32_t n = llama_token_to_piece(impl_->vocab, token, buf, sizeof(buf), 0, false);
+    int32_t n = llama_token_to_piece(impl_->vocab, token, buf, sizeof(buf), 0, special);
     if (n >= 0) return std::string(buf, static_cast<size_t>(n));
     std::string big(static_cast<size_t>(-n), '\0');
-    n = llama_token_to_piece(impl_->vocab, token, big.data(), -n, 0, false);
+    n = llama_token_to_piece(impl_->vocab, token, big.data(), -n, 0, special);
     big.resize(static_cast<size_t>(std::max(n, 0)));
     return big;
 }
@@ -277,7 +281,8 @@ struct NextnExt {
     void (*set)(llama_context*, bool, bool) = nullptr;
     float* (*get)(llama_context*) = nullptr;
     float* (*get_ith)(llama_context*, int32_t) = nullptr;
-    bool ok() const { return set && get && get_ith; }
+    void (*set_layer)(llama_context*, int32_t) = nullptr;
+    bool ok() const { return set && get && get_ith && set_layer; }
 };
 
 NextnExt nextn_ext() {
@@ -288,6 +293,8 @@ NextnExt nextn_ext() {
     ext.get = reinterpret_cast<decltype(ext.get)>(libllama_symbol("_Z26llama_get_embeddings_nextnP13llama_context"));
     // float* llama_get_embeddings_nextn_ith(llama_context*, int32_t)
     ext.get_ith = reinterpret_cast<decltype(ext.get_ith)>(libllama_symbol("_Z30llama_get_embeddings_nextn_ithP13llama_contexti"));
+    // void llama_set_nextn_layer_offset(llama_context*, int32_t offset): which NextN layer runs
+    ext.set_layer = reinterpret_cast<decltype(ext.set_layer)>(libllama_symbol("_Z28llama_set_nextn_layer_offsetP13llama_contexti"));
     return ext;
 }
 
@@ -301,7 +308,8 @@ NextnExt require_nextn_ext() {
 
 std::string nextn_extension_missing() {
     if (nextn_ext().ok()) return "";
-    return "this libllama does not export llama_set_embeddings_nextn / llama_get_embeddings_nextn (llama-cpp-python "
+    return "this libllama does not export llama_set_embeddings_nextn / llama_get_embeddings_nextn / "
+           "llama_set_nextn_layer_offset (llama-cpp-python "
            "0.3.36 does), so MTP layers cannot draft; install that version or use another drafter.";
 }
 
@@ -482,6 +490,8 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
     // window size only (Gemma 3, Mistral) evicts old positions as new ones arrive, and after a
     // rollback those would be missing from the window: keep the full-size cache instead.
     params.swa_full = true;
+    const bool recurrent = !model.can_drop_suffix();
+    params.n_rs_seq = recurrent ? static_cast<uint32_t>(std::max(0, options.rollback_depth)) : 0;
     // Exact mode always computes the head (exact_head.h); the batched heads need AVX2 at least.
     impl_->fast_head = options.exact || (options.fast_head && !head_kernel_names().empty());
     impl_->hooks.fast_head = impl_->fast_head;
@@ -494,12 +504,8 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
                         "exact mode cannot yet feed a hidden-state drafter from an F16/BF16/F32 target (its "
                         "single rows are padded); use a quantized target or leave out --exact.");
     }
-    if (n_seq > 1 && hidden_states) {
-        throw UserError(ErrorKind::InvalidParameter,
-                        "several sequences cannot yet share a context with a hidden-state drafter; serve one "
-                        "sequence at a time (--parallel 1).");
-    }
     kv_.assign(static_cast<size_t>(n_seq), {});
+    features_.assign(static_cast<size_t>(n_seq), {});
     impl_->hooks.tap = layer_tap(model, options.tap_layers);
     if (impl_->fast_head || !impl_->hooks.tap.empty()) {
         params.cb_eval = on_target_node;
@@ -525,6 +531,9 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
     impl_->n_batch = static_cast<int>(params.n_batch);
     impl_->n_ubatch = static_cast<int>(params.n_ubatch);
     impl_->batch = llama_batch_init(impl_->n_batch, 0, 1);
+    // llama.cpp keeps no snapshots for the architectures that do not support them (n_rs_seq 0).
+    if (recurrent) rollback_depth_ = static_cast<int>(llama_n_rs_seq(impl_->ctx));
+    rollback_room_.assign(static_cast<size_t>(n_seq), 0);
     n_vocab_ = llama_vocab_n_tokens(model.impl_->vocab);
     if (impl_->fast_head || !impl_->hooks.tap.empty()) {
         // One token through the graph shows the hook the head (built at load) and proves that
@@ -539,7 +548,8 @@ Context::~Context() = default;
 
 int Context::n_ctx() const { return static_cast<int>(llama_n_ctx(impl_->ctx)) / n_seq(); }
 
-void Context::decode(const std::vector<Token>& tokens, int n_logits, int seq) {
+void Context::decode(const std::vector<Token>& tokens, int n_logits, int seq,
+                     const std::vector<std::vector<Token>>& only) {
     std::vector<Token>& kv = kv_.at(static_cast<size_t>(seq));
     const size_t n = tokens.size();
     // Exact mode decodes one llama.cpp graph (n_ubatch rows) per call, so that no graph of a
@@ -573,17 +583,25 @@ void Context::decode(const std::vector<Token>& tokens, int n_logits, int seq) {
         if (pad.extra_token) llama_memory_seq_rm(llama_get_memory(impl_->ctx), seq, batch.pos[batch.n_tokens - 1], -1);
         if (last) impl_->padding = {pad.front, pad.back};
         kv.insert(kv.end(), tokens.begin() + static_cast<long>(start), tokens.begin() + static_cast<long>(end));
-        record_features();
-        record_nextn_features(static_cast<int>(end - start));
+        kept_snapshots(seq, end - start);
+        record_features({{seq, end - start}});
+        record_nextn_features({{seq, end - start}});
     }
     n_logits_ = static_cast<int>(n - first_logit);
     const int captured = n_logits_ + impl_->padding.front + impl_->padding.back;
-    impl_->used_head = impl_->fast_head && impl_->hook.after_decode(captured, n_vocab_, impl_->n_threads);
+    std::vector<std::vector<Token>> hook_only;
+    if (!only.empty()) {
+        hook_only.resize(static_cast<size_t>(captured));
+        for (size_t i = 0; i < only.size() && i < static_cast<size_t>(n_logits_); ++i) {
+            hook_only[i + static_cast<size_t>(impl_->padding.front)] = only[i];
+        }
+    }
+    impl_->used_head = impl_->fast_head && impl_->hook.after_decode(captured, n_vocab_, impl_->n_threads, hook_only);
 }
 
 void Context::decode_rows(const std::vector<SeqRows>& pieces) {
     if (pieces.size() == 1) {  // one sequence: decode() (exact mode's padding lives there)
-        decode(pieces[0].tokens, static_cast<int>(pieces[0].tokens.size()), pieces[0].seq);
+        decode(pieces[0].tokens, static_cast<int>(pieces[0].tokens.size()), pieces[0].seq, pieces[0].only);
         return;
     }
     if (!shares_passes_) throw std::logic_error("this context's passes hold one sequence each");
@@ -605,18 +623,32 @@ void Context::decode_rows(const std::vector<SeqRows>& pieces) {
     }
     if (impl_->fast_head) impl_->hook.before_decode(total <= impl_->n_ubatch);
     run_decode(impl_->ctx, batch, impl_->rpc);
+    BatchLayout layout;
     for (const SeqRows& piece : pieces) {
         std::vector<Token>& kv = kv_.at(static_cast<size_t>(piece.seq));
         kv.insert(kv.end(), piece.tokens.begin(), piece.tokens.end());
+        kept_snapshots(piece.seq, piece.tokens.size());
+        layout.emplace_back(piece.seq, piece.tokens.size());
     }
+    record_features(layout);
+    record_nextn_features(layout);
     impl_->padding = {0, 0};
     n_logits_ = total;
-    impl_->used_head = impl_->fast_head && impl_->hook.after_decode(total, n_vocab_, impl_->n_threads);
+    std::vector<std::vector<Token>> hook_only;  // the pieces' `only` in pass order, if any has one
+    const bool any_only = std::any_of(pieces.begin(), pieces.end(), [](const SeqRows& p) { return !p.only.empty(); });
+    for (const SeqRows& piece : pieces) {
+        for (size_t i = 0; any_only && i < piece.tokens.size(); ++i) {
+            hook_only.push_back(i < piece.only.size() ? piece.only[i] : std::vector<Token>{});
+        }
+    }
+    impl_->used_head = impl_->fast_head && impl_->hook.after_decode(total, n_vocab_, impl_->n_threads, hook_only);
 }
 
 const char* Context::batch_head() const { return impl_->hook.name(); }
 
 const char* Context::last_head() const { return impl_->used_head ? impl_->hook.name() : "llama.cpp"; }
+
+int Context::last_chosen_rows() const { return impl_->used_head ? impl_->hook.chosen_rows() : 0; }
 
 const float* Context::logits(int row) const {
     // Rows with logits are the last n_logits_ tokens of the last decode call; llama.cpp
@@ -628,15 +660,26 @@ const float* Context::logits(int row) const {
     return out;
 }
 
+// A pass of n rows over a recurrent sequence leaves snapshots of its state 0 .. n-1 rows back
+// (at most rollback_depth_): a rollback may drop up to n - 1 positions, and only until the
+// next pass (llama.cpp marks the snapshot to start from, once).
+void Context::kept_snapshots(int seq, size_t n_rows) {
+    if (rollback_depth_ < 0) return;
+    rollback_room_.at(static_cast<size_t>(seq)) = std::min(static_cast<size_t>(rollback_depth_), n_rows - 1);
+}
+
 bool Context::try_truncate(size_t n_keep, int seq) {
     std::vector<Token>& kv = kv_.at(static_cast<size_t>(seq));
     if (n_keep >= kv.size()) return true;
-    // A recurrent state cannot lose its last positions: llama.cpp then refuses and leaves the
-    // memory as it was. Removing everything (from 0) always succeeds.
+    // A recurrent state loses its last positions only through a snapshot. llama.cpp checks
+    // the depth but not which pass wrote the snapshot, so the room is checked here. Removing
+    // everything (from 0) always succeeds.
+    const bool recurrent = rollback_depth_ >= 0;
+    if (recurrent && n_keep > 0 && kv.size() - n_keep > rollback_room_.at(static_cast<size_t>(seq))) return false;
     if (!llama_memory_seq_rm(llama_get_memory(impl_->ctx), seq, static_cast<llama_pos>(n_keep), -1)) return false;
+    if (recurrent) rollback_room_.at(static_cast<size_t>(seq)) = 0;
     kv.resize(n_keep);
-    features_begin_ = std::min(features_begin_, n_keep);
-    features_.resize((n_keep - features_begin_) * static_cast<size_t>(feature_width_));
+    features_.at(static_cast<size_t>(seq)).truncate(n_keep, static_cast<size_t>(feature_width_));
     n_logits_ = 0;
     impl_->used_head = false;
     return true;
@@ -646,53 +689,59 @@ void Context::truncate(size_t n_keep, int seq) {
     if (try_truncate(n_keep, seq)) return;
     throw std::runtime_error("this model's memory cannot drop cached positions " + std::to_string(n_keep) + ".." +
                              std::to_string(kv_tokens(seq).size() - 1) +
-                             " (a recurrent or hybrid model keeps one running state), so it cannot take back "
-                             "draft tokens; decode it with the drafter 'none'.");
+                             " (a recurrent or hybrid model keeps one running state, and snapshots of it for "
+                             "at most " + std::to_string(std::max(0, rollback_depth_)) +
+                             " positions of its last pass), so it cannot take back these draft tokens; decode it "
+                             "with the drafter 'none'.");
 }
 
-// After a decode: the tap holds each tapped layer's rows for the new positions; interleave
-// them into one row per position.
-void Context::record_features() {
+// Whether a decode's features are recorded (set_tapping). When not, the logs of its sequences
+// restart after it: a log keeps only a contiguous run of recorded positions.
+bool Context::recording(const BatchLayout& layout) {
+    if (impl_->hooks.tapping) return true;
+    for (const auto& [seq, n] : layout) features_.at(static_cast<size_t>(seq)).restart(kv_tokens(seq).size());
+    return false;
+}
+
+// After a decode: the tap holds each tapped layer's rows for the batch's positions (in batch
+// order: `layout`); interleave them into one row per position of its sequence.
+void Context::record_features(const BatchLayout& layout) {
     GraphTap& tap = impl_->hooks.tap;
-    if (tap.empty()) return;
-    if (!impl_->hooks.tapping) {  // the log keeps only a contiguous run of recorded positions
-        features_.clear();
-        features_begin_ = kv_[0].size();
-        return;
-    }
-    const size_t n_new = kv_[0].size() - features_begin_ - features_.size() / std::max<size_t>(1, feature_width_);
-    std::vector<int> widths;
+    if (tap.empty() || !recording(layout)) return;
+    size_t total = 0;
+    for (const auto& piece : layout) total += piece.second;
+    std::vector<size_t> widths;
     for (size_t i = 0; i < tap.size(); ++i) {
-        if (static_cast<size_t>(tap.n_rows(i)) != n_new) {
+        if (static_cast<size_t>(tap.n_rows(i)) != total) {
             throw UserError(ErrorKind::InvalidParameter,
                             "this target's graph does not show the hidden states a hidden-state drafter "
                             "reads (node 'l_out-N' missing); use another drafter for this model.");
         }
-        widths.push_back(tap.width(i));
+        widths.push_back(static_cast<size_t>(tap.width(i)));
     }
-    int width = 0;
-    for (int w : widths) width += w;
-    feature_width_ = width;
-    for (size_t r = 0; r < n_new; ++r) {
-        for (size_t i = 0; i < tap.size(); ++i) {
-            const float* src = tap.rows(i).data() + r * static_cast<size_t>(widths[i]);
-            features_.insert(features_.end(), src, src + widths[i]);
+    size_t width = 0;
+    for (size_t w : widths) width += w;
+    feature_width_ = static_cast<int>(width);
+    size_t r = 0;
+    for (const auto& [seq, n] : layout) {
+        FeatureLog& log = features_.at(static_cast<size_t>(seq));
+        for (size_t k = 0; k < n; ++k, ++r) {
+            for (size_t i = 0; i < tap.size(); ++i) log.append(tap.rows(i).data() + r * widths[i], 1, widths[i]);
         }
     }
     tap.clear();
 }
 
-// After a decode of n_rows tokens: llama.cpp's h_nextn rows, one per token, dense.
-void Context::record_nextn_features(int n_rows) {
-    if (!impl_->nextn.ok()) return;
-    if (!impl_->hooks.tapping) {
-        features_.clear();
-        features_begin_ = kv_[0].size();
-        return;
-    }
+// After a decode: llama.cpp's h_nextn rows, one per token of the batch, dense, in batch order.
+void Context::record_nextn_features(const BatchLayout& layout) {
+    if (!impl_->nextn.ok() || !recording(layout)) return;
     const float* rows = impl_->nextn.get(impl_->ctx);
     if (!rows) throw std::runtime_error("llama.cpp returned no final hidden states (h_nextn) for this decode");
-    features_.insert(features_.end(), rows, rows + static_cast<size_t>(n_rows) * static_cast<size_t>(feature_width_));
+    const auto width = static_cast<size_t>(feature_width_);
+    for (const auto& [seq, n] : layout) {
+        features_.at(static_cast<size_t>(seq)).append(rows, n, width);
+        rows += n * width;
+    }
 }
 
 void Context::set_tapping(bool on) {
@@ -701,19 +750,17 @@ void Context::set_tapping(bool on) {
     if (impl_->nextn.ok()) impl_->nextn.set(impl_->ctx, on, false);
 }
 
-const float* Context::features(size_t pos) const {
-    if (pos < features_begin_ || pos >= kv_[0].size() || feature_width_ == 0) {
+const float* Context::features(size_t pos, int seq) const {
+    const FeatureLog& log = features_.at(static_cast<size_t>(seq));
+    const auto width = static_cast<size_t>(feature_width_);
+    if (width == 0 || pos < log.begin() || pos >= log.end(width)) {
         throw std::out_of_range("no recorded features for position " + std::to_string(pos));
     }
-    return features_.data() + (pos - features_begin_) * static_cast<size_t>(feature_width_);
+    return log.row(pos, width);
 }
 
-void Context::drop_features_before(size_t pos) {
-    pos = std::min(pos, kv_[0].size());
-    if (pos <= features_begin_) return;
-    const size_t n = (pos - features_begin_) * static_cast<size_t>(feature_width_);
-    features_.erase(features_.begin(), features_.begin() + static_cast<long>(n));
-    features_begin_ = pos;
+void Context::drop_features_before(size_t pos, int seq) {
+    features_.at(static_cast<size_t>(seq)).drop_before(pos, static_cast<size_t>(feature_width_));
 }
 
 size_t Context::common_prefix(const std::vector<Token>& tokens, int seq) const {
@@ -950,6 +997,7 @@ MtpContext::MtpContext(const Model& target_model, const Context& target, int n_t
     }
     n_embd_ = llama_model_n_embd_out(model);
     n_vocab_ = target.n_vocab();
+    n_layers_ = llama_model_n_layer_nextn(model);
     llama_context_params params = llama_context_default_params();
     const int threads = n_threads > 0 ? n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     params.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
@@ -972,7 +1020,9 @@ MtpContext::MtpContext(const Model& target_model, const Context& target, int n_t
 
 MtpContext::~MtpContext() = default;
 
-void MtpContext::decode(const Token* tokens, const float* h, int n_rows) {
+void MtpContext::decode(const Token* tokens, const float* h, int n_rows, int layer) {
+    if (layer < 0 || layer >= n_layers_) throw std::logic_error("no such MTP layer: " + std::to_string(layer));
+    impl_->nextn.set_layer(impl_->ctx, layer);
     for (int start = 0; start < n_rows; start += impl_->n_chunk) {
         const int end = std::min(n_rows, start + impl_->n_chunk);
         llama_batch_ext_clear(impl_->batch);

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "feature_log.h"
+
 namespace localspec {
 
 using Token = int32_t;
@@ -50,7 +52,9 @@ public:
     const std::string& path() const { return path_; }
     VocabInfo vocab() const;
     std::string token_text(Token token) const;  // the vocabulary entry, as stored
-    std::string token_piece(Token token) const;  // bytes this token renders to
+    // Bytes this token renders to; `special`: control tokens as their text (what a grammar
+    // matches), instead of nothing.
+    std::string token_piece(Token token, bool special = false) const;
     bool is_end_of_generation(Token token) const;
     bool add_bos() const;
     std::vector<Token> tokenize(const std::string& text, bool add_special, bool parse_special) const;
@@ -104,12 +108,19 @@ struct ContextOptions {
     // n_ctx of them, in one cache (llama.cpp's unified KV cache: a pass over rows of several
     // sequences is one graph). Numbered 0 .. n_seq-1. A tap or exact mode needs n_seq = 1.
     int n_seq = 1;
+    // A recurrent or hybrid model: how many of its newest positions a rollback may drop. Its
+    // graph then keeps that many snapshots of each sequence's state (llama.cpp's n_rs_seq, for
+    // the architectures that support it; 0 elsewhere). Ignored for attention-only models.
+    int rollback_depth = 0;
 };
 
 // Rows of one sequence in a multi-sequence pass (Context::decode_rows).
 struct SeqRows {
     int seq = 0;
     std::vector<Token> tokens;
+    // Empty, or where only[i] is not empty: row i's logits are read at those tokens alone
+    // (logits(r) is then unset elsewhere when localspec's head computes them).
+    std::vector<std::vector<Token>> only;
 };
 
 // One llama_context with n_seq sequences, plus the list of tokens its KV cache holds for each.
@@ -134,8 +145,9 @@ public:
 
     // Append tokens to a sequence's cache. Logits are kept for the last `n_logits` of them,
     // readable with logits(0 .. n_logits-1) until the next decode. Splits long inputs into
-    // n_batch pieces.
-    void decode(const std::vector<Token>& tokens, int n_logits, int seq = 0);
+    // n_batch pieces. `only`: as SeqRows::only, for the logits rows.
+    void decode(const std::vector<Token>& tokens, int n_logits, int seq = 0,
+                const std::vector<std::vector<Token>>& only = {});
     // One pass over rows of several sequences (at most n_batch rows in all; several only when
     // shares_passes()), logits on every row: logits(r) is row r counting through the pieces in
     // order.
@@ -146,10 +158,18 @@ public:
     const char* batch_head() const;
     // Which head computed the last decode's logits (the same two names).
     const char* last_head() const;
+    // Rows of the last decode whose logits were computed at their `only` tokens alone.
+    int last_chosen_rows() const;
+
+    // The most positions truncate() can drop from a sequence right after a pass over it: -1
+    // for attention memory (any number). A recurrent state goes back only through the
+    // snapshots the last pass kept (ContextOptions::rollback_depth, 0 if the architecture
+    // keeps none), once per pass and no further back than that pass's first row.
+    int rollback_depth() const { return rollback_depth_; }
 
     // Drop cache entries at positions >= n_keep (the KV rollback). Throws when the model's
-    // memory cannot drop them (a recurrent state: see Model::can_drop_suffix) and keeps the
-    // cache unchanged then; dropping everything (n_keep = 0) always works.
+    // memory cannot drop them (a recurrent state beyond its snapshots: rollback_depth) and
+    // keeps the cache unchanged then; dropping everything (n_keep = 0) always works.
     void truncate(size_t n_keep, int seq = 0);
     // The same, returning false instead of throwing when the memory refuses.
     bool try_truncate(size_t n_keep, int seq = 0);
@@ -161,14 +181,15 @@ public:
     // decoded.
     size_t sync(const std::vector<Token>& tokens, int n_logits, int seq = 0);
 
-    // The hidden states entering ContextOptions::tap_layers, recorded per cached position:
-    // row p (features_begin() <= p < kv_tokens().size()) is those layers' inputs for the token
-    // at position p, concatenated (feature_width() floats). truncate() drops rows with the
-    // cache entries; drop_features_before(p) frees rows a reader no longer needs.
+    // The hidden states entering ContextOptions::tap_layers, recorded per cached position of
+    // each sequence: row p (features_begin(seq) <= p < kv_tokens(seq).size()) is those layers'
+    // inputs for the token at position p, concatenated (feature_width() floats). truncate()
+    // drops rows with the cache entries; drop_features_before(p) frees rows a reader no longer
+    // needs.
     int feature_width() const { return feature_width_; }
-    size_t features_begin() const { return features_begin_; }
-    const float* features(size_t pos) const;
-    void drop_features_before(size_t pos);
+    size_t features_begin(int seq = 0) const { return features_.at(static_cast<size_t>(seq)).begin(); }
+    const float* features(size_t pos, int seq = 0) const;
+    void drop_features_before(size_t pos, int seq = 0);
     // Whether decodes record features (default on). Off, the graph runs uninterrupted and
     // positions decoded meanwhile have none (a reader gets a gap it must tolerate).
     void set_tapping(bool on);
@@ -177,17 +198,22 @@ private:
     friend class HeadContext;
     friend class MtpContext;
     friend std::vector<float> extracted_layer_inputs(const Model&, const std::vector<Token>&, const std::vector<int>&);
-    void record_features();
-    void record_nextn_features(int n_rows);
+    // (sequence, rows) of a decode's batch, in batch order: whose positions its rows are.
+    using BatchLayout = std::vector<std::pair<int, size_t>>;
+    bool recording(const BatchLayout& layout);
+    void record_features(const BatchLayout& layout);
+    void record_nextn_features(const BatchLayout& layout);
     struct Impl;
     std::unique_ptr<Impl> impl_;
+    void kept_snapshots(int seq, size_t n_rows);
     std::vector<std::vector<Token>> kv_;  // [seq]: the tokens its cache holds
+    int rollback_depth_ = -1;
+    std::vector<size_t> rollback_room_;  // [seq]: positions a rollback may drop now (recurrent)
     bool shares_passes_ = false;
     int n_vocab_ = 0;
     int n_logits_ = 0;
     int feature_width_ = 0;
-    size_t features_begin_ = 0;
-    std::vector<float> features_;
+    std::vector<FeatureLog> features_;  // [seq]
 };
 
 // The llama_context of an EAGLE-3 head (a GGUF of architecture "eagle3"), next to its target's
@@ -230,7 +256,10 @@ private:
 // target position q: the pair (token q, h_{q-1}), h_{q-1} being the target's final hidden state
 // at q - 1 (Context::features with nextn_features; zeros for q = 0, as llama.cpp pairs it). The
 // entry's output is the distribution of token q + 1 and a hidden state that stands in for the
-// target's h_q when the next entry is a draft token.
+// target's h_q when the next entry is a draft token. A model with several NextN layers keeps
+// every layer's keys and values in the one cache: an entry is written layer by layer (the same
+// positions decoded again after truncating them: the cache refills the same cells in order, as
+// llama.cpp's own chained MTP drafter relies on).
 class MtpContext {
 public:
     MtpContext(const Model& target_model, const Context& target, int n_threads);
@@ -241,9 +270,10 @@ public:
     int n_embd() const { return n_embd_; }
     int n_vocab() const { return n_vocab_; }
     int n_positions() const { return n_positions_; }  // entries 0 .. n_positions()-1 are held
-    // Append the pairs (tokens[i], h row i) at positions n_positions() + i; afterwards logits()
-    // and state() belong to the last of them.
-    void decode(const Token* tokens, const float* h, int n_rows);
+    int n_layers() const { return n_layers_; }  // NextN layers (llama_model_n_layer_nextn)
+    // Append the pairs (tokens[i], h row i) at positions n_positions() + i, through NextN layer
+    // `layer` (0 .. n_layers()-1); afterwards logits() and state() belong to the last of them.
+    void decode(const Token* tokens, const float* h, int n_rows, int layer = 0);
     const float* logits() const;
     const float* state() const;
     void truncate(int n_keep);
@@ -253,11 +283,13 @@ private:
     std::unique_ptr<Impl> impl_;
     int n_embd_ = 0;
     int n_vocab_ = 0;
+    int n_layers_ = 0;
     int n_positions_ = 0;
 };
 
 // Why this libllama cannot run MTP layers (it lacks llama.cpp's C++-only extension functions
-// llama_set_embeddings_nextn / llama_get_embeddings_nextn_ith); "" when it can.
+// llama_set_embeddings_nextn / llama_get_embeddings_nextn_ith / llama_set_nextn_layer_offset);
+// "" when it can.
 std::string nextn_extension_missing();
 
 // The same rows as Context::features, from llama.cpp's own layer-input extraction (only some

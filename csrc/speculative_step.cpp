@@ -23,6 +23,17 @@ void trim_to_grammar(Draft& draft, const Grammar* grammar) {
     draft.forced = std::min(draft.forced, static_cast<int>(n));
 }
 
+// Rows whose logits the grammar-forced text lets verification compute at a few tokens alone
+// (Draft::row_candidates): at most the draft's rows, and none when the request wants log
+// probabilities (they need whole rows) or nothing is drafted: a one-row pass is the
+// controller's measure of plain decoding, and one without the head would make every draft
+// look expensive (it then stopped drafting altogether).
+void keep_row_candidates(Sequence& s) {
+    Draft& d = s.step.draft;
+    if (s.request.logprobs >= 0 || !s.grammar || d.tokens.empty()) d.row_candidates.clear();
+    if (d.row_candidates.size() > d.tokens.size() + 1) d.row_candidates.resize(d.tokens.size() + 1);
+}
+
 void cut(Sequence::Step& step, size_t n) {
     if (step.tokens.size() <= n) return;
     step.tokens.resize(n);
@@ -62,14 +73,18 @@ void SpecEngine::speculative_step(const std::vector<Sequence*>& batch) {
 void SpecEngine::draft(Sequence& s) {
     const GenerateRequest& r = s.request;
     const GenerationStats& stats = s.result.stats;
-    // The longest draft: draft_max, bounded by the room left in the context and by the tokens
-    // still wanted (with "auto" the controller picks within that).
+    // The longest draft: draft_max, bounded by the room left in the context, by the tokens
+    // still wanted and by how far a recurrent target can roll back (with "auto" the controller
+    // picks within that).
+    const int depth = target_.rollback_depth() < 0 ? r.draft_max : target_.rollback_depth();
     const int k_cap = std::max(0, std::min({r.draft_max, n_ctx() - static_cast<int>(s.history.size()),
-                                            r.max_tokens - stats.n_tokens - 1}));
+                                            r.max_tokens - stats.n_tokens - 1, depth}));
     s.step = {};
+    // Not timed: a drafter may build its tables here once (the forced drafter's read the whole
+    // vocabulary, ~0.1 s, which as the cost of one drafted token stopped all forced drafting).
+    if (Drafter* drafter = drafter_for(s.slot)) drafter->begin_draft(s.grammar.get());
     const auto t0 = Clock::now();
     controller_.swap_request(s.credit);
-    if (drafter_) drafter_->begin_draft(s.grammar.get());
     s.step.draft = draft_tokens(s, k_cap);
     controller_.swap_request(s.credit);
     trim_to_grammar(s.step.draft, s.grammar.get());
@@ -155,14 +170,17 @@ void SpecEngine::fit_drafts_to_batch(const std::vector<Sequence*>& batch) {
 }
 
 // One target pass; row i of a generation's rows is the target's distribution for the position
-// of d_{i+1} (row k follows d_k). Returns its seconds.
+// of d_{i+1} (row k follows d_k). Where the grammar forces text, a row's logits are computed
+// at the tokens it can allow alone. Returns its seconds.
 double SpecEngine::verify(const std::vector<Sequence*>& batch) {
     std::vector<SeqRows> pieces;
     int rows = 0;
     for (Sequence* s : batch) {
-        SeqRows piece{s->slot, {s->history.back()}};
+        SeqRows piece{s->slot, {s->history.back()}, {}};
         const std::vector<Token>& drafted = s->step.draft.tokens;
         piece.tokens.insert(piece.tokens.end(), drafted.begin(), drafted.end());
+        keep_row_candidates(*s);
+        piece.only = s->step.draft.row_candidates;
         s->step.first_row = rows;
         rows += static_cast<int>(piece.tokens.size());
         pieces.push_back(std::move(piece));
@@ -170,6 +188,11 @@ double SpecEngine::verify(const std::vector<Sequence*>& batch) {
     const auto t0 = Clock::now();
     target_.decode_rows(pieces);
     const double seconds = seconds_since(t0);
+    if (target_.last_chosen_rows() > 0) {  // every row with candidates was computed at them
+        for (Sequence* s : batch) {
+            for (const auto& c : s->step.draft.row_candidates) s->result.stats.candidate_rows += c.empty() ? 0 : 1;
+        }
+    }
     if (target_.shares_passes()) pass_cost_.observe(rows, seconds);
     return seconds;
 }
@@ -180,7 +203,8 @@ void SpecEngine::accept(Sequence& s) {
     const auto t0 = Clock::now();
     const std::vector<Token>& drafted = s.step.draft.tokens;
     const SamplingParams& params = s.request.sampling;
-    TargetRows rows(target_, s.step.first_row, s.history, drafted, params, s.grammar.get());
+    TargetRows rows(target_, s.step.first_row, s.history, drafted, params, s.grammar.get(),
+                    &s.step.draft.row_candidates);
     Acceptance acc;
     if (params.greedy()) {
         acc = accept_greedy(drafted, [&](size_t i) { return rows.argmax(i); });
@@ -213,7 +237,7 @@ void SpecEngine::roll_back(Sequence& s) {
     const int n_accepted = s.step.acceptance.n_accepted;
     target_.truncate(s.history.size() + static_cast<size_t>(n_accepted), s.slot);
     s.history.insert(s.history.end(), s.step.tokens.begin(), s.step.tokens.end());
-    if (drafter_) drafter_->rollback(s.history);
+    if (Drafter* drafter = drafter_for(s.slot)) drafter->rollback(s.history);
 
     GenerationStats& stats = s.result.stats;
     stats.last_drafted = drafted;

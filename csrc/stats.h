@@ -26,6 +26,9 @@ struct GenerationStats {
     // tokens and seconds give the draft cost c per drafted token.
     int model_drafted = 0;
     double model_draft_seconds = 0;
+    // Verification rows whose logits were computed at the few tokens a grammar-forced text
+    // allows there, not over the whole vocabulary (Draft::row_candidates).
+    int candidate_rows = 0;
     double generation_seconds = 0;  // excludes prefill
     double time_to_first_token = 0;
 

@@ -8,7 +8,8 @@ The cosine of the two logit vectors (on the vocabulary both cover) is a diagnost
 may differ by a constant and by scale without changing the argmax.
 
 A draft model's q covers its whole vocabulary; an EAGLE-3 head's covers its draft vocabulary,
-mapped to target ids by its d2t table (q = 0 elsewhere).
+mapped to target ids by its d2t table (q = 0 elsewhere); the target's MTP layers share its
+vocabulary (q from their first layer, which drafts position 1).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from localspec.drafter_spec import DrafterSpec
 from localspec.engine import Engine
 from localspec.gguf_reader import read_gguf
 
-__all__ = ["Agreement", "HeadQ", "ModelQ", "agreement", "measure_agreement"]
+__all__ = ["Agreement", "HeadQ", "ModelQ", "MtpQ", "agreement", "measure_agreement"]
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,10 @@ def _concat(parts: Sequence[Agreement]) -> Agreement:
 def measure_agreement(target: Engine, drafter: DrafterSpec,
                       sequences: Sequence[tuple[list[int], list[int]]],
                       n_threads: int) -> Agreement | None:
-    """The agreement of a model or head drafter with the target at the generated positions of
-    each (prompt tokens, generated tokens) pair; None for drafters without a model (n-gram)."""
+    """The agreement of a model, head or MTP drafter with the target at the generated positions
+    of each (prompt tokens, generated tokens) pair; None for drafters without a model (n-gram)."""
+    if drafter.kind == "mtp":
+        return _measure(target, MtpQ(target.info.target_path, n_threads), sequences)
     if drafter.path is None:
         return None
     if read_gguf(drafter.path, read_arrays=False).architecture == "eagle3":
@@ -140,3 +143,15 @@ class HeadQ:
         probe = _core.eagle3_head_logits(self._target, self._head, tokens, features, [],
                                          n_threads=self._threads)
         return np.asarray(probe["logits"])[:-1], 1, np.asarray(probe["d2t"])
+
+
+class MtpQ:
+    """The target's MTP layers, run by the core as the drafter runs them: their row j pairs
+    token j with the target's final hidden state at j - 1 and predicts the token after
+    tokens[0..j]."""
+
+    def __init__(self, target_path: str, n_threads: int) -> None:
+        self._target, self._threads = target_path, n_threads
+
+    def rows(self, tokens: list[int]) -> tuple[np.ndarray, int, np.ndarray | None]:
+        return np.asarray(_core.mtp_first_logits(self._target, tokens, self._threads)), 0, None

@@ -18,9 +18,10 @@ import queue
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -28,80 +29,20 @@ from localspec import _core
 from localspec.convert import params_to_core
 from localspec.drafter_spec import DrafterSpec
 from localspec.engine_loop import EngineLoop, Job, PassReport
-from localspec.errors import EngineClosedError, LocalspecError, QueueFullError, RemoteWorkerError
+from localspec.errors import (
+    EngineClosedError,
+    InvalidParameterError,
+    LocalspecError,
+    QueueFullError,
+    RemoteWorkerError,
+)
+from localspec.handle import HandleListener, RequestHandle
 from localspec.loading import LoadOptions, open_core
 from localspec.types import Chunk, EngineInfo, GenerationParams, GenerationResult
 
-_DONE = object()
 _T = TypeVar("_T")
 
-
-class HandleListener(Protocol):
-    """Takes a handle's events as they happen, on the engine thread, instead of its queue (the
-    server's bridge to asyncio: localspec.server.bridge). Must return at once. (The end of a
-    generation whose RPC worker was lost mid-pass comes from the engine's watcher thread.)"""
-
-    def on_chunk(self, chunk: Chunk) -> None: ...
-
-    def on_end(self, result: GenerationResult | None, error: BaseException | None) -> None: ...
-
-
-class RequestHandle:
-    """One submitted generation: iterate for chunks, ``result()`` for the whole answer (or give
-    ``submit`` a HandleListener, which then receives the chunks instead)."""
-
-    def __init__(self, prompt: str | Sequence[int], params: GenerationParams,
-                 listener: HandleListener | None = None) -> None:
-        self.prompt = prompt
-        self.params = params
-        self._listener = listener
-        self._chunks: queue.Queue[Any] = queue.Queue()
-        self._cancel = threading.Event()
-        self._result: GenerationResult | None = None
-        self._error: BaseException | None = None
-        self._finished = threading.Event()
-
-    def cancel(self) -> None:
-        """Ask the engine to stop this generation; it stops within one step."""
-        self._cancel.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancel.is_set()
-
-    def __iter__(self) -> Iterator[Chunk]:
-        while True:
-            item = self._chunks.get()
-            if item is _DONE:
-                break
-            yield item
-        if self._error is not None:
-            raise self._error
-
-    def result(self, timeout: float | None = None) -> GenerationResult:
-        """Block until the generation ends and return it (raises its error, if any)."""
-        if not self._finished.wait(timeout):
-            raise TimeoutError("generation did not finish in time")
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        return self._result
-
-    # Called on the engine thread only.
-    def _on_chunk(self, chunk: Chunk) -> bool:
-        if self._listener is not None:
-            self._listener.on_chunk(chunk)
-        else:
-            self._chunks.put(chunk)
-        return not self._cancel.is_set()
-
-    def _finish(self, result: GenerationResult | None, error: BaseException | None) -> None:
-        self._result, self._error = result, error
-        self._finished.set()
-        if self._listener is not None:
-            self._listener.on_end(result, error)
-        else:
-            self._chunks.put(_DONE)
+__all__ = ["Engine", "HandleListener", "RequestHandle"]
 
 
 class Engine:
@@ -114,28 +55,27 @@ class Engine:
     """
 
     def __init__(self, options: LoadOptions, max_queue: int = 64) -> None:
-        self._requests: queue.Queue[RequestHandle | Job | None] = queue.Queue()
+        self.options = options
         self._max_queue = max_queue
         self._closed = False
         self._lock = threading.Lock()
         self._pending = 0
         self._pass_observers: list[Callable[[PassReport], None]] = []
-        loaded: Job = Job(lambda: open_core(options))
-        self._thread = threading.Thread(
-            target=self._serve, args=(loaded,), name="localspec-engine", daemon=True
-        )
-        self._thread.start()
+        self._live: weakref.WeakSet[RequestHandle] = weakref.WeakSet()
+        self._broken: LocalspecError | None = None  # RPC: a worker was lost (docs/rpc.md)
+        self._reloading = False  # RPC: a new engine thread loads the model again
+        self._watching = True  # RPC: the watcher supervises the current engine thread
+        self._stopped = threading.Event()
+        loaded = self._start_thread(Job(lambda: open_core(options)))
+        thread = self._thread
         try:
-            core, info = loaded.future.result()  # a load error is raised here, in the caller
+            core, info = self._await_load(loaded)  # a load error is raised here, in the caller
         except BaseException:
-            self._thread.join()
+            if thread is not None and not _core.rpc_failure(list(options.rpc)):
+                thread.join()  # (a thread that lost a worker mid-load waits forever)
             raise
         self._core: _core.Core = core
         self.info: EngineInfo = info
-        self.options = options
-        self._live: weakref.WeakSet[RequestHandle] = weakref.WeakSet()
-        self._broken: LocalspecError | None = None
-        self._stopped = threading.Event()
         if options.rpc:
             threading.Thread(target=self._watch_workers, name="localspec-rpc-watch",
                              daemon=True).start()
@@ -178,12 +118,14 @@ class Engine:
         if isinstance(params.stop, list):
             params = replace(params, stop=tuple(params.stop))
         params.validate()
+        if params.exact and not self.info.exact:
+            raise InvalidParameterError(
+                "exact=true asks for output bit-identical to plain decoding, but this engine was "
+                "loaded in default mode; load it in exact mode (--exact, Engine.load(exact=True))."
+            )
         handle = RequestHandle(prompt, params, listener)
         with self._lock:
-            if self._broken is not None:
-                raise self._broken
-            if self._closed:
-                raise EngineClosedError("The engine is closed; load a new one.")
+            self._check_open()
             if self._pending >= self._max_queue:
                 raise QueueFullError(
                     f"{self._pending} requests are already waiting; retry when one has finished."
@@ -263,12 +205,18 @@ class Engine:
     def _call(self, fn: Callable[[], _T]) -> _T:
         job = Job(fn)
         with self._lock:
-            if self._broken is not None:
-                raise self._broken
-            if self._closed:
-                raise EngineClosedError("The engine is closed; load a new one.")
+            self._check_open()
             self._requests.put(job)
         return job.future.result()
+
+    def _check_open(self) -> None:
+        """Under the lock, before queueing: refuse a closed engine; after a lost RPC worker,
+        start loading the model again (what is queued waits for it)."""
+        if self._closed:
+            raise EngineClosedError("The engine is closed; load a new one.")
+        if self._broken is not None:
+            self._broken, self._reloading = None, True
+            self._start_thread(Job(self._reload))
 
     # ---- text helpers (safe from any thread: they do not touch the contexts) ----------------
 
@@ -289,6 +237,19 @@ class Engine:
 
     # ---- lifecycle -----------------------------------------------------------------------
 
+    @property
+    def status(self) -> str:
+        """"ok"; with RPC workers also "worker_lost" (``failure`` says why; the next request
+        loads the model again) or "reloading"."""
+        with self._lock:
+            return "worker_lost" if self._broken else "reloading" if self._reloading else "ok"
+
+    @property
+    def failure(self) -> str | None:
+        """Why the engine cannot serve now (a lost RPC worker), or None."""
+        with self._lock:
+            return None if self._broken is None else str(self._broken)
+
     def close(self) -> None:
         """Finish the running requests, fail queued ones, and free the models."""
         with self._lock:
@@ -296,8 +257,14 @@ class Engine:
                 return
             self._closed = True
             self._stopped.set()
-        self._requests.put(None)
-        self._thread.join()  # the engine thread frees the contexts on its way out
+            thread, requests = self._thread, self._requests
+        if thread is None:  # its engine thread was lost with an RPC worker
+            return
+        requests.put(None)
+        while thread.is_alive():  # the engine thread frees the contexts on its way out
+            thread.join(0.25)
+            if self.options.rpc and _core.rpc_failure(list(self.options.rpc)):
+                return  # ... unless a lost worker left it waiting forever
 
     def __enter__(self) -> Engine:
         return self
@@ -307,28 +274,94 @@ class Engine:
 
     # ---- the engine thread ---------------------------------------------------------------
 
-    def _serve(self, load: Job) -> None:
+    def _start_thread(self, load: Job) -> Job:
+        """A new engine thread (under the lock, or before any other thread sees the engine):
+        it runs ``load``, then serves its own queue."""
+        requests: queue.Queue[RequestHandle | Job | None] = queue.Queue()
+        self._requests = requests
+        self._thread: threading.Thread | None = threading.Thread(
+            target=self._serve, args=(load, requests), name="localspec-engine", daemon=True
+        )
+        self._thread.start()
+        return load
+
+    def _await_load(self, loaded: Job) -> tuple[_core.Core, EngineInfo]:
+        """The first load's result; a worker lost in the middle of it leaves the engine thread
+        waiting forever: that is a RemoteWorkerError here."""
+        while True:
+            try:
+                result: tuple[_core.Core, EngineInfo] = loaded.future.result(timeout=0.25)
+                return result
+            except FutureTimeout:
+                stuck = _core.rpc_failure(list(self.options.rpc)) if self.options.rpc else ""
+                if stuck:
+                    raise RemoteWorkerError(stuck[0].upper() + stuck[1:]) from None
+
+    def _reload(self) -> tuple[_core.Core, EngineInfo]:
+        """On a new engine thread after a lost worker: probe the workers (RemoteWorkerError while
+        one does not answer), then load the model again (the lost one is never freed)."""
+        _core.rpc_reconnect(list(self.options.rpc))
+        with self._lock:
+            self._watching = True
+        core, info = open_core(self.options)
+        with self._lock:
+            self._core, self.info, self._reloading = core, info, False
+        return core, info
+
+    def _serve(self, load: Job, requests: queue.Queue[RequestHandle | Job | None]) -> None:
         load.run()
-        if load.future.exception() is not None:
+        error = load.future.exception()
+        if error is not None:
+            self._load_failed(requests, error)
             return
         core, info = load.future.result()
-        EngineLoop(core, info, self._requests, self._request_done, self._pass_observers).run()
-        core.close()  # the engine thread frees the contexts
+        EngineLoop(core, info, requests, self._request_done, self._pass_observers).run()
+        core.close()  # the engine thread frees the contexts (not those on a lost worker)
+
+    def _load_failed(self, requests: queue.Queue[Any], error: BaseException) -> None:
+        """A (re)load failed: what waits for it fails with the same error."""
+        with self._lock:
+            if self._thread is threading.current_thread():
+                self._thread, self._reloading, self._watching = None, False, False
+                self._broken = error if isinstance(error, LocalspecError) else LocalspecError(
+                    str(error))
+        while True:
+            try:
+                item = requests.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, Job):
+                item.future.set_exception(error)
+            elif item is not None and item._finish(None, error):
+                self._request_done()
 
     def _watch_workers(self) -> None:
-        """With RPC workers: a worker lost in the middle of a pass leaves that pass, and so the
-        engine thread, waiting forever (the core parks ggml's connection thread instead of
-        letting ggml abort: csrc/rpc.h). Fail what waits and refuse what comes."""
+        """With RPC workers: a worker lost in the middle of a pass (or a load) leaves the engine
+        thread waiting forever (the core parks ggml's connection thread instead of letting ggml
+        abort: csrc/rpc.h); one that closed its connection between passes leaves the contexts
+        unusable. Either way: fail what waits, leave that thread, and load again at the next
+        request (Engine._check_open)."""
+        endpoints = list(self.options.rpc)
         while not self._stopped.wait(0.25):
-            failure = _core.rpc_failure(list(self.options.rpc))
-            if failure:
-                error = RemoteWorkerError(failure[0].upper() + failure[1:])
-                with self._lock:
-                    self._broken, self._closed = error, True
-                    handles = [h for h in self._live if not h._finished.is_set()]
-                for handle in handles:
-                    handle._finish(None, error)
-                return
+            with self._lock:
+                watching, ready = self._watching, not self._reloading
+            if not watching:
+                continue
+            stuck = _core.rpc_failure(endpoints)
+            lost = stuck or (_core.rpc_lost(endpoints) if ready else "")
+            if lost:
+                self._abandon(RemoteWorkerError(lost[0].upper() + lost[1:]), stuck=bool(stuck))
+
+    def _abandon(self, error: RemoteWorkerError, stuck: bool) -> None:
+        with self._lock:
+            self._broken, self._reloading, self._watching = error, False, False
+            requests, self._thread = self._requests, None
+            handles = [h for h in self._live if not h._finished.is_set()] if stuck else []
+        if not stuck:  # the thread fails what it holds (each pass checks the workers) and ends
+            requests.put(None)
+        for handle in handles:
+            if handle._finish(None, error):
+                self._request_done()
 
     def _request_done(self) -> None:
         with self._lock:

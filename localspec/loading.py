@@ -58,7 +58,7 @@ class LoadOptions:
     # plain output bit for bit. A load-time choice (llama.cpp's kernels and cache type).
     exact: bool = False
     # Generations that run together, sharing each target pass (batched serving; the server's
-    # --parallel). A drafter that runs a model, or exact mode, serves one at a time.
+    # --parallel). In exact mode they take turns.
     parallel: int = 1
     # RPC workers (HOST:PORT) lending devices for the target's layers (docs/rpc.md): remote
     # devices first, then local GPUs; the drafter and the output layer stay local.
@@ -99,19 +99,6 @@ _LOAD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def parallel_in_effect(parallel: int, draft: DrafterSpec, exact: bool) -> tuple[int, str]:
-    """(generations at once, a notice when fewer than asked) for LoadOptions' ``parallel``,
-    ``draft`` and ``exact``. Several generations need a drafter that runs no model (each would
-    need its own draft context). In exact mode each has a KV stream of its own and the
-    generations take turns instead of sharing passes (bit-identical to running alone). The
-    memory plan counts this many sequences' KV cache."""
-    del exact  # exact mode serves several generations too (in turns)
-    if parallel == 1 or not draft.uses_model:
-        return parallel, ""
-    why = "a draft model, head or MTP layers draft for one generation at a time"
-    return 1, f"serving one generation at a time (not {parallel}): {why}."
-
-
 def load_rule_violation(name: str, value: object) -> str | None:
     """The rule ``value`` breaks as LoadOptions' field ``name``, or None when it is valid."""
     check, rule = _LOAD_RULES[name]
@@ -138,16 +125,10 @@ def check_model_path(path: str, role: str) -> None:
 
 def check_draft_memory(options: LoadOptions) -> None:
     """Refuse a draft model whose memory cannot take back rejected draft tokens (a recurrent or
-    hybrid model) before anything loads. A draft of the target's own architecture is judged
-    with the target after the load (``speculation_drafter``), so only others are probed."""
+    hybrid model: it drafts one token per pass, and its state snapshots reach back one pass
+    only) before anything loads."""
     draft = options.draft.path
-    if draft is None:
-        return
-    if is_head(draft):
-        return
-    if read_gguf(draft, read_arrays=False).architecture == read_gguf(
-        options.target, read_arrays=False
-    ).architecture:
+    if draft is None or is_head(draft):
         return
     memory = _core.memory_kind(draft)
     if memory != "attention":
@@ -160,16 +141,17 @@ def check_draft_memory(options: LoadOptions) -> None:
 def speculation_drafter(core: _core.Core, options: LoadOptions) -> tuple[DrafterSpec, str]:
     """(the drafter in effect, a notice for the user) once the target's memory is known.
 
-    Speculation rolls rejected draft tokens back out of the target's cache; a recurrent or
-    hybrid model keeps one running state and cannot (Context::truncate in the core). Its
-    n-gram drafter, the default, is then switched off (the engine decodes plainly) with a
-    notice; a draft model the user asked for is refused."""
+    Speculation rolls rejected draft tokens back out of the target's cache. A recurrent or
+    hybrid model keeps one running state; llama.cpp takes it back through snapshots for the
+    architectures that keep them (LFM2, Qwen3.5, ...: ``core.rollback_depth()`` > 0, and the
+    core caps drafts there). Without snapshots the n-gram drafter, the default, is switched
+    off (the engine decodes plainly) with a notice; another drafter is refused."""
     memory = core.memory_kind()
-    if memory == "attention" or options.draft == NO_DRAFTER:
+    if memory == "attention" or options.draft == NO_DRAFTER or core.rollback_depth() > 0:
         return options.draft, ""
     what = (
-        f"'{options.target}' is a {memory} model, whose memory cannot take back rejected "
-        "draft tokens"
+        f"'{options.target}' is a {memory} model whose memory cannot take back rejected "
+        "draft tokens (llama.cpp keeps no snapshots of its state)"
     )
     if options.draft == NGRAM:
         return NO_DRAFTER, f"speculation is off: {what}; decoding plainly."
@@ -235,15 +217,15 @@ def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:
     core_options.kv_type = options.kv_type
     core_options.exact = options.exact
     core_options.verbose = options.verbose
-    core_options.n_seq, parallel_notice = parallel_in_effect(options.parallel, options.draft,
-                                                             options.exact)
+    # Every drafter serves `parallel` generations (a draft model keeps a cache per generation,
+    # a head or MTP layers a context per generation); in exact mode they take turns.
+    core_options.n_seq = options.parallel
     core = _core.Core(core_options)
     try:
         drafter, notice = speculation_drafter(core, options)
     except ModelLoadError:
         core.close()
         raise
-    notice = " ".join(n for n in (notice, parallel_notice) if n)
     return core, _engine_info(core, replace(options, draft=canonical_drafter(drafter)), notice)
 
 
@@ -264,6 +246,7 @@ def _engine_info(core: _core.Core, options: LoadOptions, notice: str) -> EngineI
         exact=options.exact,
         draft_head=core.draft_head(),
         memory=core.memory_kind(),
+        rollback_depth=core.rollback_depth(),
         notice=notice,
         parallel=core.n_seq(),
     )

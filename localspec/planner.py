@@ -28,6 +28,7 @@ from localspec.plan_table import MiB as MiB
 from localspec.plan_table import format_bytes as format_bytes
 from localspec.plan_table import parse_size as parse_size
 from localspec.plan_table import render_plan
+from localspec.recurrent_state import recurrent_layers, state_copies, state_elements
 
 if TYPE_CHECKING:
     from localspec.remote_plan import RemotePlacement
@@ -71,6 +72,10 @@ class ModelMemory:
     # (their weights are counted with the target's; llama.cpp loads them only for MTP drafting).
     n_layer_nextn: int = 0
     is_mtp: bool = False  # the MTP context of a target (mtp_memory)
+    # A recurrent or hybrid model: per layer, float32 values of one sequence's running state
+    # (0 for attention layers), kept in state_copies copies (localspec/recurrent_state.py).
+    state_elems: tuple[int, ...] = ()
+    state_copies: int = 1
 
     @property
     def n_layer(self) -> int:
@@ -88,6 +93,11 @@ class ModelMemory:
             _row_bytes(self.kv_k_elems[i], kv_type) + _row_bytes(self.kv_v_elems[i], kv_type)
             for i in layers
         )
+
+    def state_bytes(self, layers: range, n_seq: int) -> int:
+        """The running state of the given layers for n_seq sequences, snapshots included."""
+        per_seq = sum(self.state_elems[i] for i in layers if i < len(self.state_elems))
+        return 4 * per_seq * n_seq * self.state_copies
 
     def compute_bytes(self, with_logits: bool, n_ubatch: int = DEFAULT_UBATCH) -> int:
         """Estimated compute buffer: f32 activations of one micro-batch, plus logits rows."""
@@ -122,7 +132,10 @@ class ModelMemory:
             n_draft = info.tensor("output.weight").shape[1]  # type: ignore[union-attr]
             row = info.n_embd // 32 * 34 if info.n_embd % 32 == 0 else 4 * info.n_embd
             head_copy = n_draft * row
-        heads_kv = (info.n_head_kv_per_layer() + [0] * n_layer)[:n_layer]
+        recurrent = recurrent_layers(info)
+        heads_kv = [0 if i in recurrent else h  # a recurrent layer has no KV cache
+                    for i, h in enumerate((info.n_head_kv_per_layer() + [0] * n_layer)[:n_layer])]
+        state = state_elements(info) if recurrent else 0
         n_nextn = int(info.arch_get("nextn_predict_layers", 0) or 0)
         return cls(
             name=info.name,
@@ -142,6 +155,8 @@ class ModelMemory:
             head_copy_bytes=head_copy,
             is_head=info.architecture == "eagle3",
             n_layer_nextn=n_nextn,
+            state_elems=tuple(state if i in recurrent else 0 for i in range(n_layer)),
+            state_copies=state_copies(info),
         )
 
     def without_nextn_kv(self) -> ModelMemory:
@@ -158,7 +173,8 @@ class ModelMemory:
         return replace(self, name="MTP layers", layer_bytes=(0,) * self.n_layer_nextn,
                        input_bytes=0, output_bytes=0, tied_bytes=0, file_bytes=0,
                        head_copy_bytes=0, kv_k_elems=self.kv_k_elems[n:],
-                       kv_v_elems=self.kv_v_elems[n:], n_layer_nextn=0, is_mtp=True)
+                       kv_v_elems=self.kv_v_elems[n:], n_layer_nextn=0, is_mtp=True,
+                       state_elems=())
 
 def _row_bytes(elems: int, kv_type: str) -> int:
     block, size = KV_TYPES[kv_type]
@@ -246,7 +262,7 @@ def place_model(model: ModelMemory, n_ctx: int, kv_type: str, on_device: int, *,
     """
     n = model.n_layer
     cells = n_ctx * n_seq
-    kv_all = model.kv_bytes(range(n), cells, kv_type)
+    kv_all = model.kv_bytes(range(n), cells, kv_type) + model.state_bytes(range(n), n_seq)
     head_copy = model.head_copy_bytes
     if cpu:
         return Placement(model.name, model.path, n, n, True, 0, n_ctx, model.file_weight_bytes, 0,
@@ -260,7 +276,8 @@ def place_model(model: ModelMemory, n_ctx: int, kv_type: str, on_device: int, *,
     weights_host = sum(model.layer_bytes[: n - k]) + model.input_bytes + (
         0 if output_dev else output_once
     )
-    kv_dev = model.kv_bytes(range(n - k, n), cells, kv_type)
+    on_dev = range(n - k, n)
+    kv_dev = model.kv_bytes(on_dev, cells, kv_type) + model.state_bytes(on_dev, n_seq)
     compute = model.compute_bytes(output_dev, n_ubatch)
     return Placement(model.name, model.path, n, k, output_dev, on_device, n_ctx, weights_dev,
                      weights_host, kv_dev, kv_all - kv_dev, compute, model.file_bytes,
@@ -353,8 +370,12 @@ def plan_pair(
     t_full = place_model(target, n_ctx, kv_type, target.n_layer + 1, cpu=cpu, n_ubatch=n_ubatch,
                          n_seq=n_seq)
     d_ubatch = HEAD_UBATCH if draft and (draft.is_head or draft.is_mtp) else n_ubatch
-    d_place = (place_model(draft, d_ctx, kv_type, draft.n_layer + 1, cpu=cpu, n_ubatch=d_ubatch)
-               if draft else None)
+    # A draft model keeps a cache per generation; a head or MTP layers a context per
+    # generation (a compute buffer each, too).
+    d_place = (place_model(draft, d_ctx, kv_type, draft.n_layer + 1, cpu=cpu, n_ubatch=d_ubatch,
+                           n_seq=n_seq) if draft else None)
+    if d_place is not None and draft is not None and (draft.is_head or draft.is_mtp):
+        d_place = replace(d_place, compute=d_place.compute * n_seq)
     d_need = d_place.device_bytes if d_place else 0
     reason = _refusal(device, room, reserve, d_need)
     if reason is None and cpu and t_full.device_bytes + d_need > room:
@@ -415,10 +436,13 @@ def plan_from_files(
     fast_head: bool = True,
     n_seq: int = 1,
     mtp: bool = False,
+    snapshots: bool = True,
 ) -> Plan:
     """Plan a pair straight from GGUF files. ``device=None``: the CPU with ``budget_bytes``
     (default: available RAM); with a device, ``budget_bytes`` caps its free memory. ``mtp``:
-    the target's MTP layers draft (their context is the second column)."""
+    the target's MTP layers draft (their context is the second column). ``snapshots``: a
+    recurrent target keeps its state's snapshots (the core does whenever something drafts,
+    outside exact mode)."""
     if device is None:
         device = default_device(budget_bytes)
     elif budget_bytes is not None:
@@ -428,6 +452,8 @@ def plan_from_files(
     if mtp and target.n_layer_nextn:
         draft = target.mtp_memory()
     target = target.without_nextn_kv()
+    if not snapshots:
+        target = replace(target, state_copies=1)
     host = system_memory_available() if device.kind == "gpu" else None
     return plan_pair(target, draft, device, n_ctx, kv_type, draft_n_ctx=draft_n_ctx,
                      host_free_bytes=host, n_seq=n_seq)

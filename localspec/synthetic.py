@@ -182,6 +182,16 @@ def add_tokenizer(writer: gguf.GGUFWriter, cfg: TinyConfig) -> None:
     writer.add_chat_template(CHAT_TEMPLATE)
 
 
+def write_gguf(writer: gguf.GGUFWriter, tensors: dict[str, np.ndarray]) -> None:
+    """Add F32 `tensors` and write the file (header, metadata, tensors)."""
+    for name, array in tensors.items():
+        writer.add_tensor(name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 def write_model(
     path: str | Path,
     cfg: TinyConfig = TinyConfig(),
@@ -210,16 +220,12 @@ def write_model(
     writer.add_vocab_size(n_vocab)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     add_tokenizer(writer, cfg)
-    for tensor_name, array in _weights(cfg, n_vocab, n_layer, divergence, cfg.seed).items():
-        if tensor_name == "output.weight" and cfg.head_type != "F32":
-            qtype = gguf.GGMLQuantizationType[cfg.head_type]
-            writer.add_tensor(tensor_name, gguf.quants.quantize(array, qtype), raw_dtype=qtype)
-        else:
-            writer.add_tensor(tensor_name, array)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    weights = _weights(cfg, n_vocab, n_layer, divergence, cfg.seed)
+    if cfg.head_type != "F32":
+        qtype = gguf.GGMLQuantizationType[cfg.head_type]
+        head = weights.pop("output.weight")
+        writer.add_tensor("output.weight", gguf.quants.quantize(head, qtype), raw_dtype=qtype)
+    write_gguf(writer, weights)
     return path
 
 

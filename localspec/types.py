@@ -48,6 +48,9 @@ class GenerationParams:
     # Report each token's log probability (and the top_logprobs most likely alternatives).
     logprobs: bool = False
     top_logprobs: int = 0
+    # Require exact mode (docs/exact.md: speculative output bit-identical to plain decoding).
+    # The mode is chosen when the engine loads; an engine loaded without it refuses the request.
+    exact: bool = False
 
     def validate(self) -> None:
         """Raise InvalidParameterError with one sentence naming the bad value."""
@@ -97,6 +100,7 @@ _GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
                           "it must be between -2 and 2 (0 disables it)"),
     "presence_penalty": (lambda v: _is_number(v) and -2.0 <= v <= 2.0,
                          "it must be between -2 and 2 (0 disables it)"),
+    "exact": (lambda v: isinstance(v, bool), "it must be true or false"),
     "penalty_last_n": (lambda v: _is_int(v) and v >= -1,
                        "it must be an integer >= -1 (-1: the whole context, 0: off)"),
     "grammar": (lambda v: v is None or (isinstance(v, str) and v.strip() != ""),
@@ -158,6 +162,8 @@ class GenerationStats:
     accepted_by_kind: dict[str, int] = field(default_factory=dict)
     model_drafted: int = 0  # drafted tokens that ran a model (draft model or head), not a lookup
     model_draft_seconds: float = 0.0  # their drafting seconds
+    # Verification rows computed at the few tokens a grammar-forced text allows there only.
+    candidate_rows: int = 0
     verify_seconds: float = 0.0
     other_seconds: float = 0.0
     generation_seconds: float = 0.0  # excludes prefill
@@ -256,8 +262,12 @@ class EngineInfo:
     # The same for a draft model's logits; "" for drafters without a model (n-gram, none).
     draft_head: str = ""
     # How the target remembers a sequence: "attention", "recurrent" or "hybrid" (the last two
-    # cannot take back draft tokens: their n-gram drafter is turned off).
+    # keep a running state per sequence).
     memory: str = "attention"
+    # How many rejected draft tokens the target can take back per step: -1 any (attention);
+    # a recurrent or hybrid target's state snapshots (drafts are capped there); 0 none (its
+    # n-gram drafter is turned off).
+    rollback_depth: int = -1
     # Something the user should know about what was loaded ("" when nothing), e.g. why
     # speculation is off.
     notice: str = ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -46,3 +47,27 @@ def chi_square_pvalue(
 
 def sample_dense(probs: np.ndarray, rng: np.random.Generator) -> int:
     return int(rng.choice(len(probs), p=probs / probs.sum()))
+
+
+# The sampling settings the hidden-state drafters' distribution tests use: no truncation, so q
+# overlaps p enough for acceptances.
+UNTRUNCATED = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
+
+
+def assert_first_two_tokens_fit(plain: Any, prompt: list[int], outputs: Sequence[Any]) -> None:
+    """The first token of `outputs` (GenerationResults of `prompt`, one seed each, UNTRUNCATED)
+    fits the target's distribution after `prompt`, and the second token, after the most frequent
+    first one, fits the distribution there (`plain`: an Engine on the target)."""
+    from localspec import _core
+
+    sampling = _core.SamplingParams(**UNTRUNCATED)
+
+    def exact(tokens: list[int]) -> dict[int, float]:
+        ids, probs = _core.testing.warp(plain.next_token_logits(tokens), sampling)
+        return dict(zip(ids, probs, strict=False))
+
+    first = [o.tokens[0] for o in outputs]
+    assert chi_square_pvalue(first, exact(prompt)) > P_VALUE_FLOOR
+    top = Counter(first).most_common(1)[0][0]
+    second = [o.tokens[1] for o in outputs if o.tokens[0] == top]
+    assert chi_square_pvalue(second, exact([*prompt, top])) > P_VALUE_FLOOR

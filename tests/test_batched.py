@@ -168,13 +168,25 @@ def test_seeded_sampling_is_reproducible_in_a_batch(solo: Engine, batched: Engin
     assert results == [expected] * 3
 
 
-def test_a_draft_model_serves_one_generation_at_a_time(
+def test_a_draft_model_keeps_a_cache_per_generation(
     tiny_model_path: Path, tiny_draft_path: Path
 ) -> None:
+    """Four generations share the target's passes, each drafting from its own slot of the
+    draft model's cache (Drafter::select): every result equals the request run alone."""
+    params = [replace(GREEDY, max_tokens=30 + 7 * i, draft_max=3) for i in range(len(PROMPTS))]
     with Engine.load(tiny_model_path, draft=str(tiny_draft_path), n_threads=1,
-                     parallel=4) as engine:
-        assert engine.info.parallel == 1
-        assert "one generation at a time" in engine.info.notice
+                     draft_p_min=0.0) as solo_draft:
+        expected = [solo_draft.generate(p, q) for p, q in zip(PROMPTS, params, strict=True)]
+    passes: list[PassReport] = []
+    with Engine.load(tiny_model_path, draft=str(tiny_draft_path), n_threads=1,
+                     draft_p_min=0.0, parallel=4) as engine:
+        assert engine.info.parallel == 4 and engine.info.notice == ""
+        engine.observe_passes(passes.append)
+        handles = [engine.submit(p, q) for p, q in zip(PROMPTS, params, strict=True)]
+        results = [h.result(timeout=300) for h in handles]
+    assert [r.tokens for r in results] == [e.tokens for e in expected]
+    assert sum(r.stats.model_drafted for r in results) > 100
+    assert any(p.sequences > 1 and p.rows > p.sequences for p in passes)
 
 
 # ---- the server -----------------------------------------------------------------------------

@@ -215,7 +215,7 @@ def test_summarize_baseline_ratios() -> None:
 ROW_FIELDS = {"label", "n_runs", "plain_tps", "speculative_tps", "speedup", "speedup_spread",
               "aa", "aa_spread", "trusted", "drafted", "accepted", "rejected", "acceptance_rate",
               "mean_accepted_length", "draft_seconds", "verify_seconds", "other_seconds",
-              "identical", "forced_drafted", "forced_accepted", "valid"}
+              "identical", "forced_drafted", "forced_accepted", "candidate_rows", "valid"}
 
 
 def test_bench_json_and_plot(tiny_model_path: Path, tiny_draft_path: Path, prompt_file: Path,

@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,8 +24,9 @@ from localspec.errors import InvalidParameterError
 from localspec.lossless import compare_greedy
 from localspec.synthetic_mtp import MtpSpec, write_mtp_model
 from localspec.types import GenerationParams, GenerationResult
+from tests.helpers import mtp_core_alone
 from tests.helpers import run_localspec as localspec
-from tests.stats_helpers import P_VALUE_FLOOR, chi_square_pvalue
+from tests.stats_helpers import UNTRUNCATED, assert_first_two_tokens_fit
 
 GREEDY = GenerationParams(temperature=0.0, max_tokens=300, ignore_eos=True)
 PROMPT = "the quick brown fox jumps over the lazy dog and the speculative"
@@ -77,17 +77,8 @@ def test_greedy_output_equals_plain(plain, targets, draft: str, draft_max) -> No
         engine.close()
 
 
-def core_alone(target: Path) -> _core.Core:
-    """The MTP layers without the n-gram lookup in front (no match length is ever tried)."""
-    options = _core.EngineOptions()
-    options.target_path, options.drafter = str(target), "mtp"
-    options.n_ctx, options.n_threads, options.draft_p_min = 1024, 1, 0.0
-    options.ngram_min, options.ngram_max = 9, 8
-    return _core.Core(options)
-
-
 def test_the_layers_alone_equal_plain(plain, targets) -> None:
-    core = core_alone(targets["mtp"])
+    core = mtp_core_alone(targets["mtp"])
     prompt = plain.tokenize(PROMPT)
     try:
         for draft_max in (3, 5):
@@ -137,23 +128,13 @@ def sample_outputs(target: Path, prompt: list[int], params: GenerationParams,
 def test_sampling_follows_the_target_distribution(plain, targets) -> None:
     """First and second tokens over many seeds fit the target's warped distribution, with the
     layers' q in the rejection rule."""
-    params = GenerationParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=2)
-    sp = _core.SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
-
-    def exact(tokens: list[int]) -> dict[int, float]:
-        ids, probs = _core.testing.warp(plain.next_token_logits(tokens), sp)
-        return dict(zip(ids, probs, strict=False))
-
+    params = GenerationParams(max_tokens=2, **UNTRUNCATED)
     prompt = plain.tokenize("zq the quick brown fox")
     outputs = sample_outputs(targets["mtp"], prompt, params, 2000)
     drafted = sum(o.stats.drafted for o in outputs)
     accepted = sum(o.stats.accepted for o in outputs)
     assert drafted > 1500 and 50 < accepted < drafted - 50
-    first = [o.tokens[0] for o in outputs]
-    assert chi_square_pvalue(first, exact(prompt)) > P_VALUE_FLOOR
-    top = Counter(first).most_common(1)[0][0]
-    second = [o.tokens[1] for o in outputs if o.tokens[0] == top]
-    assert chi_square_pvalue(second, exact(prompt + [top])) > P_VALUE_FLOOR
+    assert_first_two_tokens_fit(plain, prompt, outputs)
 
 
 def test_the_controller_turns_useless_layers_off(targets) -> None:
@@ -184,12 +165,29 @@ def test_mtp_on_a_target_without_the_layers(targets) -> None:
     assert _core.mtp_unsupported(str(targets["mtp"])) == ""
 
 
-def test_parallel_serves_one_generation_at_a_time(targets) -> None:
-    engine = Engine.load(targets["mtp"], draft="mtp", n_ctx=512, parallel=4, n_threads=1)
-    try:
-        assert engine.info.parallel == 1 and "one generation at a time" in engine.info.notice
-    finally:
-        engine.close()
+def test_batched_generations_draft_from_their_own_states(plain, targets) -> None:
+    """Four generations share the target's passes, each with the MTP layers' context of its
+    slot reading that generation's hidden states: every result equals plain decoding, and each
+    drafts and is accepted exactly as when it runs alone (fixed draft length), which it could
+    not if a slot read another generation's states."""
+    prompts = [PROMPT, "zq the quick brown fox", "hello world, this is", "one two three four"]
+    params = [GenerationParams(temperature=0.0, max_tokens=60 + 9 * i, ignore_eos=True,
+                               draft_max=3) for i in range(len(prompts))]
+    expected = [plain.generate(p, replace(q, draft_max=0)).tokens
+                for p, q in zip(prompts, params, strict=True)]
+    with Engine.load(targets["mtp"], draft="mtp", n_ctx=1024, draft_p_min=0.0, parallel=4,
+                     n_threads=1) as engine:
+        assert engine.info.parallel == 4 and engine.info.notice == ""
+        handles = [engine.submit(p, q) for p, q in zip(prompts, params, strict=True)]
+        results = [h.result(timeout=300) for h in handles]
+    for prompt, want, got in zip(prompts, expected, results, strict=True):
+        assert_same_or_tie(plain, prompt, want, got)
+    with Engine.load(targets["mtp"], draft="mtp", n_ctx=1024, draft_p_min=0.0,
+                     n_threads=1) as solo:
+        alone = [solo.generate(p, q).stats for p, q in zip(prompts, params, strict=True)]
+    assert [(r.stats.drafted, r.stats.accepted) for r in results] == [
+        (s.drafted, s.accepted) for s in alone]
+    assert sum(r.stats.model_drafted for r in results) > 100
 
 
 HIDDEN_EXT = """

@@ -1,9 +1,11 @@
 """Targets whose memory cannot drop a suffix (a tiny ``mamba`` GGUF written by the suite).
 
-A recurrent model keeps one running state, so llama.cpp refuses to remove its last positions.
-The core checks that result (``Context::truncate``): a request that shares only part of the
-cached history starts over instead of decoding onto a stale state, and the loader turns the
-default n-gram drafter off (with a notice) or refuses a draft model (exit 2).
+A recurrent model keeps one running state, and Mamba keeps no snapshots of it, so llama.cpp
+refuses to remove its last positions. The core checks that result (``Context::truncate``): a
+request that shares only part of the cached history starts over instead of decoding onto a
+stale state, the step drafts nothing (rollback depth 0), and the loader turns the default
+n-gram drafter off (with a notice) or refuses a draft model (exit 2). Hybrid targets whose
+state llama.cpp can take back are in test_hybrid.py.
 """
 
 from __future__ import annotations
@@ -79,24 +81,27 @@ def test_ngram_drafter_is_turned_off_with_a_notice(mamba_path: Path, mamba: Engi
     assert out.stats.drafted == 0 and out.tokens == plain.tokens
 
 
-def test_truncate_refuses_to_corrupt_the_state(mamba_path: Path) -> None:
-    """The core itself (no loader check): a rejected draft on a recurrent target is an error
-    naming the cause, never a generation continuing from a wrong state."""
+def test_the_core_never_drafts_what_it_cannot_take_back(mamba_path: Path) -> None:
+    """The core itself (no loader check): Mamba keeps no snapshots of its state (rollback
+    depth 0), so the step caps every draft at 0 tokens, even a fixed-length one, instead of
+    continuing from a state it could not roll back."""
     options = _core.EngineOptions()
     options.target_path, options.drafter, options.n_ctx, options.n_threads = (
         str(mamba_path), "ngram", 512, 1
     )
     core = _core.Core(options)
     try:
+        assert core.rollback_depth() == 0
         request = _core.GenerateRequest()
         request.prompt = core.tokenize(PROMPT * 3, True, True)
         request.sampling = _core.SamplingParams(temperature=0.0)
         request.max_tokens, request.draft_max, request.ignore_eos = 64, 8, True
-        request.adaptive = False  # always draft what the lookup offers: a rejection must come
-        with pytest.raises(RuntimeError, match="cannot drop cached positions"):
-            core.generate(request)
+        request.adaptive = False  # would always draft what the lookup offers
+        result = core.generate(request)
     finally:
         core.close()
+    assert result["stats"].drafted == 0
+    assert result["tokens"] == fresh_greedy(mamba_path, PROMPT * 3, 64)
 
 
 def test_draft_models_are_refused(mamba_path: Path, tiny_model_path: Path) -> None:

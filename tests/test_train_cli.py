@@ -26,7 +26,7 @@ from localspec.synthetic_recurrent import write_mamba_model  # noqa: E402
 from localspec.train import collect, pipeline, train  # noqa: E402
 from localspec.train.params import TrainHeadParams  # noqa: E402
 from localspec.types import GenerationParams  # noqa: E402
-from tests.helpers import run_localspec  # noqa: E402
+from tests.helpers import length_one_walk, run_localspec  # noqa: E402
 
 WORDS = ("the quick brown fox jumps over the lazy dog and the cat sat on the mat while "
          "speculative decoding drafts tokens that the target model verifies in one batch").split()
@@ -102,11 +102,7 @@ def test_the_check_diagnostic_reads_the_rows_the_head_drafts_from(trained: Path,
     first = len(prompt) - 1
     right = [agreement(p[j : j + 1], q[j - start : j - start + 1], ids).top1 == 1.0
              for j in range(first, first + n)]
-    drafted = accepted = m = 0
-    while m <= n - 2:
-        drafted += 1
-        accepted += right[m]
-        m += 2 if right[m] else 1
+    drafted, accepted = length_one_walk(right, n)
     assert (result.stats.drafted, result.stats.accepted) == (drafted, accepted)
     assert 0 < accepted < drafted
 

@@ -49,6 +49,7 @@ class Row:
     # Grammar-forced drafts (prompts with a JSON Schema): drafted, and of those accepted.
     forced_drafted: int = 0
     forced_accepted: int = 0
+    candidate_rows: int = 0  # verification rows computed at the forced text's candidates only
     valid: str = "-"  # every output follows its JSON Schema: "yes", "NO", or "-" (no schema)
 
     @property
@@ -162,6 +163,7 @@ def _row(label: str, runs: Sequence[PromptRun], median: bool) -> Row:
         identical=_verdict(runs),
         forced_drafted=sum(s.forced_drafted for s in spec),
         forced_accepted=sum(s.forced_accepted for s in spec),
+        candidate_rows=sum(s.candidate_rows for s in spec),
         valid=_valid(runs),
     )
 

@@ -64,7 +64,8 @@ def print_report(report: Report, console: Console, *, per_prompt: bool) -> None:
     o = report.overall
     if o.valid != "-" or o.forced_drafted:
         rate = f"{o.forced_accepted / o.forced_drafted:.0%}" if o.forced_drafted else "-"
-        console.print(f"grammar-forced drafts: {o.forced_drafted} drafted, {rate} accepted | "
+        console.print(f"grammar-forced drafts: {o.forced_drafted} drafted, {rate} accepted, "
+                      f"{o.candidate_rows} rows verified at their candidates | "
                       f"every output valid against its JSON Schema: {o.valid}")
     if report.draft_cost is not None:
         d = report.draft_cost

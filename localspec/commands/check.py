@@ -31,6 +31,7 @@ from localspec.commands.common import (
 from localspec.draft_agreement import Agreement, measure_agreement
 from localspec.drafter_spec import DrafterSpec
 from localspec.errors import InvalidParameterError, VocabMismatchError
+from localspec.gguf_reader import read_gguf
 from localspec.learned import restore_saved
 from localspec.loading import check_model_path, resolved_drafter
 from localspec.prompts import load_prompts
@@ -155,10 +156,18 @@ def render_agreement(by_position: list[float], agreement: Agreement | None) -> s
     return "\n".join(lines)
 
 
-def _own_tokens(drafter: DrafterSpec) -> str:
+def mtp_layers(target: str) -> str:
+    """How the target's MTP layers draft: one layer, or several chained (position i, layer i)."""
+    n = int(read_gguf(target, read_arrays=False).arch_get("nextn_predict_layers", 0) or 0)
+    if n <= 1:
+        return "1 layer, drafting every position"
+    return f"{n} layers, chained: draft position i runs layer i, at most {n} tokens per draft"
+
+
+def _own_tokens(drafter: DrafterSpec, target: str) -> str:
     if drafter.kind == "mtp":
-        return ("the target's own MTP (NextN) layers draft, after n-gram lookup; they share "
-                "its tokens")
+        return (f"the target's own MTP (NextN) layers draft ({mtp_layers(target)}), after n-gram "
+                "lookup; they share its tokens")
     return "the n-gram drafter reuses the target's own tokens"
 
 
@@ -199,12 +208,15 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidParameterError("There is no drafter to check: pass --draft MODEL or "
                                     "--draft ngram.")
     out: dict[str, Any] = {"target": choice.target, "draft": str(choice.drafter)}
+    if choice.drafter.kind == "mtp":
+        out["mtp_layers"] = mtp_layers(choice.target)
     draft_path = choice.drafter.path
     vocab = None if draft_path is None else vocab_report(choice.target, draft_path)
     out["vocabulary"] = vocab
     if not args.json:
         print(f"Target: {choice.target}\nDraft:  {choice.drafter}")
-        print(render_vocab(vocab) if vocab else "Vocabulary: " + _own_tokens(choice.drafter))
+        print(render_vocab(vocab) if vocab else
+              "Vocabulary: " + _own_tokens(choice.drafter, choice.target))
     if vocab is not None and not vocab["compatible"]:
         if args.json:
             print(json.dumps({**out, "measurement": None}, ensure_ascii=False))

@@ -16,7 +16,7 @@ from typing import Any
 from localspec.drafter_spec import DrafterSpec
 from localspec.engine import Engine
 from localspec.errors import InvalidParameterError, ModelLoadError
-from localspec.loading import DEFAULT_N_CTX, LoadOptions, parallel_in_effect, resolved_drafter
+from localspec.loading import DEFAULT_N_CTX, LoadOptions, resolved_drafter
 from localspec.model_kind import ModelKind
 from localspec.plan_table import parse_size
 from localspec.plan_table import plan_summary as plan_summary  # re-exported for the chat UI
@@ -182,15 +182,15 @@ def plan_for(
 ) -> Plan:
     """The memory plan for a target and a drafter (a DrafterSpec or its spelling); ``budget``
     is bytes or a size such as "8GiB" (default: the GPU's free memory, else available RAM).
-    The target's KV cache holds the generations that will share its passes (``parallel`` where
-    it applies); "auto" is the drafter it resolves to. Reads the GGUF headers (and asks the
+    The target's and the drafter's caches hold the ``parallel`` generations that will share
+    the target's passes; "auto" is the drafter it resolves to. Reads the GGUF headers (and asks the
     ``rpc`` workers for their free memory); raises a LocalspecError for a missing or broken file
     or an unreachable worker."""
     spec = resolved_drafter(DrafterSpec.parse(drafter), str(target), exact=exact)
     budget_bytes = parse_size(budget) if isinstance(budget, str) else budget
-    n_seq, _ = parallel_in_effect(parallel, spec, exact)
     plan = plan_from_files(target, spec.path, n_ctx, budget_bytes, kv_type, fast_head=fast_head,
-                           n_seq=n_seq, mtp=spec.kind == "mtp")
+                           n_seq=parallel, mtp=spec.kind == "mtp",
+                           snapshots=spec.kind != "none" and not exact)
     return spread(plan, target, remote_devices(rpc) if rpc else (), fast_head=fast_head)
 
 

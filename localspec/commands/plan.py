@@ -12,7 +12,6 @@ from localspec.loading import (
     DEFAULT_N_CTX,
     LoadOptions,
     load_rule_violation,
-    parallel_in_effect,
     resolved_drafter,
 )
 from localspec.planner import (
@@ -78,11 +77,11 @@ def make_plan(args: argparse.Namespace) -> tuple[str, Plan]:
     device = _device(args.device, parse_size(args.budget) if args.budget else None)
     target_path = registry.resolve_model(target, download=False)
     draft = resolved_drafter(registry.resolve_drafter(drafter, download=False), str(target_path))
-    n_seq, _ = parallel_in_effect(_checked_parallel(args.parallel), draft, exact=False)
+    n_seq = _checked_parallel(args.parallel)
     rpc = args.rpc if args.rpc is not None else (pair.rpc if pair else ())
     plan = plan_from_files(target_path, draft.path, n_ctx, None, args.kv_type, device=device,
                            fast_head=not args.llama_head, n_seq=n_seq,
-                           mtp=draft.kind == "mtp")
+                           mtp=draft.kind == "mtp", snapshots=draft.kind != "none")
     plan = spread(plan, target_path, remote_devices(rpc) if rpc else (),
                   fast_head=not args.llama_head)
     label = pair.name if pair and not (args.target or args.draft) else f"{target} + {drafter}"
