@@ -14,6 +14,16 @@ namespace localspec {
 
 namespace {
 bool is_host(const ggml_tensor* t) { return t->buffer && ggml_backend_buffer_is_host(t->buffer); }
+
+// Q8_0 and Q6_K heads have batched kernels (q8_head.h, q6k_head.h) on CPUs with AVX2 at least.
+// Their logits are batch-invariant: a row's integer block sums are exact and its float sum runs
+// over the blocks in one order whatever the number of rows in the call or the row's place in
+// it, so exact mode uses them as well (the bits are not llama.cpp's one-row bits, but every row
+// of every pass gets the same ones, which is all exact mode promises).
+bool batched_head_fits(const ggml_tensor* weights) {
+    if (!weights || !ggml_is_contiguous(weights) || head_kernel_names().empty()) return false;
+    return weights->type == GGML_TYPE_Q8_0 || weights->type == GGML_TYPE_Q6_K;
+}
 }  // namespace
 
 void HeadHook::inspect(const ggml_tensor* out) {
@@ -22,9 +32,10 @@ void HeadHook::inspect(const ggml_tensor* out) {
     const ggml_tensor* hidden = out->src[1];
     const bool plain_matmul = out->op == GGML_OP_MUL_MAT && weights && hidden &&
                               std::strcmp(hidden->name, "result_norm") == 0;
-    const bool q8_0 = weights && weights->type == GGML_TYPE_Q8_0;
-    const bool q6_k = weights && weights->type == GGML_TYPE_Q6_K;
-    const bool ours = exact_ ? ExactHead::supports(weights) : (q8_0 || q6_k) && ggml_is_contiguous(weights);
+    const bool batched = batched_head_fits(weights);
+    // Exact mode takes any type ggml multiplies: a batched head where one fits (its rows are
+    // batch-invariant too), ExactHead otherwise.
+    const bool ours = batched || (exact_ && ExactHead::supports(weights));
     if (plain_matmul && ours && is_host(weights)) {
         weights_ = weights;
     }
@@ -54,12 +65,12 @@ bool HeadHook::after_decode(int n_rows, int n_vocab, int n_threads, const std::v
     if (!head_ && weights_) {
         const int64_t rows = weights_->ne[1];
         const int n_embd = static_cast<int>(weights_->ne[0]);
-        if (rows == n_vocab && exact_) {
-            head_ = std::make_unique<ExactHead>(weights_);
-        } else if (rows == n_vocab && weights_->type == GGML_TYPE_Q8_0) {
+        if (rows == n_vocab && batched_head_fits(weights_) && weights_->type == GGML_TYPE_Q8_0) {
             head_ = std::make_unique<Q8Head>(static_cast<const Q8Block*>(weights_->data), rows, n_embd);
-        } else if (rows == n_vocab && weights_->type == GGML_TYPE_Q6_K) {
+        } else if (rows == n_vocab && batched_head_fits(weights_)) {
             head_ = std::make_unique<Q6KHead>(static_cast<const Q6KBlock*>(weights_->data), rows, n_embd);
+        } else if (rows == n_vocab && exact_) {
+            head_ = std::make_unique<ExactHead>(weights_);
         }
         weights_ = nullptr;
     }

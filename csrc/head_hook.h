@@ -22,7 +22,8 @@ class HeadHook {
 public:
     static bool on_graph_node(ggml_tensor* t, bool ask, void* user_data);  // the eval callback
 
-    // Exact mode: the head is ExactHead (exact_head.h) for any weight type ggml can multiply.
+    // Exact mode: a batched head (Q8_0, Q6_K on AVX2 CPUs) or ExactHead (exact_head.h) for any
+    // other weight type ggml can multiply.
     void set_exact(bool exact) { exact_ = exact; }
     bool ready() const { return head_ != nullptr; }
     const char* name() const { return head_ ? head_->name() : "llama.cpp"; }
