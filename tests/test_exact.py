@@ -65,6 +65,15 @@ def test_exact_rows_are_batch_invariant(wide_models: dict[str, Path], qtype: str
         assert differing_row_counts(engine, _tokens(engine, n_tokens)) == []
 
 
+def test_exact_rows_are_batch_invariant_over_two_threads(wide_models: dict[str, Path]) -> None:
+    """Past ~256 tokens a one-row pass with an F16 cache splits the cache over the threads (its
+    bits then differ from every larger pass); exact mode's Q8_0 cache does not. One thread would
+    hide that."""
+    with Engine.load(wide_models["Q4_K_M"], draft="none", n_ctx=1024, n_threads=2,
+                     exact=True) as engine:
+        assert differing_row_counts(engine, _tokens(engine, 600)) == []
+
+
 def test_default_mode_rows_differ(wide_models: dict[str, Path]) -> None:
     """Without exact mode llama.cpp's repacked Q4_K kernels give batched rows other bits: the
     invariance check can fail."""
