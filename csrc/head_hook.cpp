@@ -65,10 +65,12 @@ bool HeadHook::after_decode(int n_rows, int n_vocab, int n_threads, const std::v
     if (!head_ && weights_) {
         const int64_t rows = weights_->ne[1];
         const int n_embd = static_cast<int>(weights_->ne[0]);
-        if (rows == n_vocab && batched_head_fits(weights_) && weights_->type == GGML_TYPE_Q8_0) {
-            head_ = std::make_unique<Q8Head>(static_cast<const Q8Block*>(weights_->data), rows, n_embd);
-        } else if (rows == n_vocab && batched_head_fits(weights_)) {
-            head_ = std::make_unique<Q6KHead>(static_cast<const Q6KBlock*>(weights_->data), rows, n_embd);
+        if (rows == n_vocab && batched_head_fits(weights_)) {
+            if (weights_->type == GGML_TYPE_Q8_0) {
+                head_ = std::make_unique<Q8Head>(static_cast<const Q8Block*>(weights_->data), rows, n_embd);
+            } else {
+                head_ = std::make_unique<Q6KHead>(static_cast<const Q6KBlock*>(weights_->data), rows, n_embd);
+            }
         } else if (rows == n_vocab && exact_) {
             head_ = std::make_unique<ExactHead>(weights_);
         }
