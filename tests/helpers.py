@@ -43,3 +43,15 @@ def length_one_walk(right: list[bool], n: int) -> tuple[int, int]:
         accepted += right[m]
         m += 2 if right[m] else 1
     return drafted, accepted
+
+
+def length_one_counts(p: Any, q: Any, start: int, ids: Any, first: int, n: int) -> tuple[int, int]:
+    """(drafted, accepted) of n greedy tokens drafted one at a time, from the target's rows p
+    (p[j]: after tokens[0..j]) and a drafter's rows q as localspec.draft_agreement gives them
+    (q[j - start], over the draft vocabulary `ids`): the draft for output position m is right
+    where argmax q == argmax p at row first + m."""
+    from localspec.draft_agreement import agreement
+
+    right = [agreement(p[j : j + 1], q[j - start : j - start + 1], ids).top1 == 1.0
+             for j in range(first, first + n)]
+    return length_one_walk(right, n)

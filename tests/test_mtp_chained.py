@@ -14,12 +14,12 @@ import pytest
 
 from localspec import _core
 from localspec.convert import params_to_core, stats_from_core
-from localspec.draft_agreement import MtpQ, agreement
+from localspec.draft_agreement import MtpQ
 from localspec.engine import Engine
 from localspec.lossless import compare_greedy
 from localspec.synthetic_mtp import MtpSpec, write_mtp_model
 from localspec.types import GenerationParams, GenerationResult, GenerationStats
-from tests.helpers import length_one_walk, mtp_core_alone
+from tests.helpers import length_one_counts, mtp_core_alone
 from tests.helpers import run_localspec as localspec
 from tests.stats_helpers import UNTRUNCATED, assert_first_two_tokens_fit
 
@@ -132,10 +132,7 @@ def test_the_mtp_diagnostic_reads_the_rows_the_layers_draft_from(targets, name: 
     with Engine.load(targets[name], draft="none", n_ctx=1024, n_threads=1) as plain:
         p = plain.pass_logits(tokens, len(tokens))[:-1]
     q, start, ids = MtpQ(str(targets[name]), 1).rows(tokens)
-    first = len(prompt) - 1
-    right = [agreement(p[j : j + 1], q[j - start : j - start + 1], ids).top1 == 1.0
-             for j in range(first, first + n)]
-    drafted, accepted = length_one_walk(right, n)
+    drafted, accepted = length_one_counts(p, q, start, ids, len(prompt) - 1, n)
     assert (result.stats.drafted, result.stats.accepted) == (drafted, accepted)
     assert 0 < accepted < drafted
 

@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from localspec.draft_agreement import HeadQ, agreement  # noqa: E402
+from localspec.draft_agreement import HeadQ  # noqa: E402
 from localspec.engine import Engine  # noqa: E402
 from localspec.errors import InvalidParameterError  # noqa: E402
 from localspec.lossless import compare_greedy  # noqa: E402
@@ -26,7 +26,7 @@ from localspec.synthetic_recurrent import write_mamba_model  # noqa: E402
 from localspec.train import collect, pipeline, train  # noqa: E402
 from localspec.train.params import TrainHeadParams  # noqa: E402
 from localspec.types import GenerationParams  # noqa: E402
-from tests.helpers import length_one_walk, run_localspec  # noqa: E402
+from tests.helpers import length_one_counts, run_localspec  # noqa: E402
 
 WORDS = ("the quick brown fox jumps over the lazy dog and the cat sat on the mat while "
          "speculative decoding drafts tokens that the target model verifies in one batch").split()
@@ -99,10 +99,7 @@ def test_the_check_diagnostic_reads_the_rows_the_head_drafts_from(trained: Path,
         tokens = prompt + result.tokens
         p = plain.pass_logits(tokens, len(tokens))[:-1]
     q, start, ids = HeadQ(str(tiny_model_path), str(trained), 1).rows(tokens)
-    first = len(prompt) - 1
-    right = [agreement(p[j : j + 1], q[j - start : j - start + 1], ids).top1 == 1.0
-             for j in range(first, first + n)]
-    drafted, accepted = length_one_walk(right, n)
+    drafted, accepted = length_one_counts(p, q, start, ids, len(prompt) - 1, n)
     assert (result.stats.drafted, result.stats.accepted) == (drafted, accepted)
     assert 0 < accepted < drafted
 
