@@ -9,9 +9,13 @@ llama-cpp-python: ``require_rpc`` says how to install it when the installed buil
 from __future__ import annotations
 
 import ipaddress
+import threading
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from typing import Any
 
-from localspec.errors import InvalidParameterError, RpcUnavailableError
+from localspec.errors import InvalidParameterError, RemoteWorkerError, RpcUnavailableError
 
 DEFAULT_PORT = 50052
 ENDPOINT_EXAMPLE = "192.168.1.20:50052"
@@ -58,7 +62,7 @@ def require_rpc() -> None:
 
     if not _core.rpc_supported():
         hint = _core.rpc_install_hint()
-        raise RpcUnavailableError(hint[0].upper() + hint[1:])
+        raise RpcUnavailableError(_sentence(hint))
 
 
 @dataclass(frozen=True)
@@ -73,12 +77,37 @@ class RemoteDevice:
 
 def remote_devices(endpoints: tuple[str, ...]) -> list[RemoteDevice]:
     """Ask each worker for its devices and their free memory (loads nothing). Raises
-    RpcUnavailableError or RemoteWorkerError."""
+    RpcUnavailableError or RemoteWorkerError.
+
+    A worker lost in the middle of the questions leaves ggml's request waiting forever (the core
+    parks ggml's connection thread instead of letting it abort: csrc/rpc.h), as a load does
+    (Engine): so the questions run on a thread of their own, and a connection the core saw fail
+    is that worker's error here (the thread stays blocked until the process ends)."""
     from localspec import _core
 
     require_rpc()
-    return [RemoteDevice(d.endpoint, d.name, d.free_bytes, d.total_bytes)
-            for d in _core.remote_devices(list(endpoints))]
+    answer: Future[list[Any]] = Future()
+
+    def ask() -> None:
+        try:
+            answer.set_result(_core.remote_devices(list(endpoints)))
+        except BaseException as error:  # noqa: BLE001 - handed to the caller
+            answer.set_exception(error)
+
+    threading.Thread(target=ask, name="localspec-rpc-devices", daemon=True).start()
+    while True:
+        try:
+            found = answer.result(timeout=0.25)
+            break
+        except FutureTimeout:
+            stuck = _core.rpc_failure(list(endpoints))
+            if stuck:
+                raise RemoteWorkerError(_sentence(stuck)) from None
+    return [RemoteDevice(d.endpoint, d.name, d.free_bytes, d.total_bytes) for d in found]
+
+
+def _sentence(text: str) -> str:
+    return text[0].upper() + text[1:]
 
 
 def is_loopback(host: str) -> bool:
