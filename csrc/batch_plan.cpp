@@ -64,10 +64,10 @@ std::vector<int> batch_draft_lengths(const std::vector<std::vector<double>>& gai
 
 std::vector<int> plan_prefill(const std::vector<int>& remaining, bool others_running, int chunk) {
     std::vector<int> take(remaining.size(), 0);
-    int budget = others_running ? std::max(1, chunk) : -1;
-    for (size_t i = 0; i < remaining.size() && budget != 0; ++i) {
-        take[i] = budget < 0 ? remaining[i] : std::min(remaining[i], budget);
-        if (budget > 0) budget -= take[i];
+    for (size_t i = 0; i < remaining.size(); ++i) {
+        if (remaining[i] == 0) continue;  // a cached prompt: joins at once, costs nothing
+        take[i] = others_running ? std::min(remaining[i], std::max(1, chunk)) : remaining[i];
+        break;  // one prompt per step: its first token comes before the next prompt is read
     }
     return take;
 }

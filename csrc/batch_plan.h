@@ -35,8 +35,10 @@ std::vector<int> batch_draft_lengths(const std::vector<std::vector<double>>& gai
                                      int base_rows, double base_tokens);
 
 // Prompt tokens to prefill for each joining sequence (remaining[i] left, in arrival order)
-// before the next pass. With no sequence generating, everything: nobody waits. Otherwise at most
-// `chunk` tokens in all, oldest first, so that running streams keep flowing between pieces.
+// before the next pass: the oldest unfinished prompt only, all of it when nobody generates, else
+// at most `chunk` tokens so that running streams keep flowing between pieces. One prompt per
+// pass: on a CPU prefill costs its tokens whatever the batch, so prompts read one at a time give
+// each new stream its first token after its own prompt and those before it, not after all.
 std::vector<int> plan_prefill(const std::vector<int>& remaining, bool others_running, int chunk);
 
 }  // namespace localspec

@@ -232,7 +232,7 @@ int SpecEngine::start(const GenerateRequest& request, ChunkCallback on_chunk) {
 }
 
 // Both caches take each new prompt except its last token, which the first step verifies.
-// While other generations run, at most kPrefillChunk prompt tokens go in per step.
+// One prompt per step; while other generations run, at most kPrefillChunk of its tokens.
 int SpecEngine::prefill_joining() {
     constexpr int kPrefillChunk = 256;
     std::vector<Sequence*> joining;

@@ -80,11 +80,12 @@ def test_a_preempted_pass_moves_the_estimate_only_a_little() -> None:
     assert c.seconds(4) == pytest.approx(1.2)
 
 
-def test_prefill_takes_everything_when_nobody_waits_and_chunks_otherwise() -> None:
-    assert T.plan_prefill([300, 700], False, 256) == [300, 700]
-    assert T.plan_prefill([300, 700], True, 256) == [256, 0]  # oldest first
-    assert T.plan_prefill([100, 700], True, 256) == [100, 156]
-    assert T.plan_prefill([0, 50], True, 256) == [0, 50]
+def test_prefill_reads_one_prompt_per_pass_whole_when_nobody_waits() -> None:
+    assert T.plan_prefill([300, 700], False, 256) == [300, 0]  # the next one after a pass
+    assert T.plan_prefill([300, 700], True, 256) == [256, 0]  # oldest first, in chunks
+    assert T.plan_prefill([100, 700], True, 256) == [100, 0]
+    assert T.plan_prefill([0, 50], True, 256) == [0, 50]  # a cached prompt costs nothing
+    assert T.plan_prefill([0, 0], False, 256) == [0, 0]
 
 
 # ---- the engine ---------------------------------------------------------------------------
@@ -137,6 +138,23 @@ def test_a_request_joins_while_others_generate(solo: Engine, batched: Engine) ->
     second = batched.submit(joining_prompt, GREEDY)
     assert second.result(timeout=120).tokens == alone(solo, joining_prompt, GREEDY).tokens
     assert first.result(timeout=120).tokens == alone(solo, PROMPTS[2], long_params).tokens
+
+
+def test_prompts_that_arrive_together_join_one_per_pass(solo: Engine, batched: Engine) -> None:
+    # Each new stream's first token comes after its own prompt, not after every prompt: the
+    # pass after a prefill holds at most one sequence more than the pass before it.
+    passes: list[PassReport] = []
+    first = batched.submit(PROMPTS[2], replace(GREEDY, max_tokens=120))
+    chunks = iter(first)
+    next(chunks)
+    batched.observe_passes(passes.append)
+    handles = [batched.submit(p, GREEDY) for p in PROMPTS[:3]]
+    results = [h.result(timeout=120) for h in handles]
+    assert [r.tokens for r in results] == [alone(solo, p, GREEDY).tokens for p in PROMPTS[:3]]
+    first.result(timeout=120)
+    counts = [p.sequences for p in passes]
+    assert max(counts) == 4
+    assert all(b - a <= 1 for a, b in zip(counts, counts[1:], strict=False)), counts
 
 
 def test_cancelling_one_generation_leaves_the_others_untouched(
