@@ -18,7 +18,6 @@ import queue
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,6 +37,7 @@ from localspec.errors import (
 )
 from localspec.handle import HandleListener, RequestHandle
 from localspec.loading import LoadOptions, open_core
+from localspec.rpc import await_unless_stuck, sentence, stuck_worker_error
 from localspec.types import Chunk, EngineInfo, GenerationParams, GenerationResult
 
 _T = TypeVar("_T")
@@ -71,7 +71,7 @@ class Engine:
         try:
             core, info = self._await_load(loaded)  # a load error is raised here, in the caller
         except BaseException:
-            if thread is not None and not _core.rpc_failure(list(options.rpc)):
+            if thread is not None and stuck_worker_error(options.rpc) is None:
                 thread.join()  # (a thread that lost a worker mid-load waits forever)
             raise
         self._core: _core.Core = core
@@ -263,7 +263,7 @@ class Engine:
         requests.put(None)
         while thread.is_alive():  # the engine thread frees the contexts on its way out
             thread.join(0.25)
-            if self.options.rpc and _core.rpc_failure(list(self.options.rpc)):
+            if stuck_worker_error(self.options.rpc) is not None:
                 return  # ... unless a lost worker left it waiting forever
 
     def __enter__(self) -> Engine:
@@ -288,14 +288,8 @@ class Engine:
     def _await_load(self, loaded: Job) -> tuple[_core.Core, EngineInfo]:
         """The first load's result; a worker lost in the middle of it leaves the engine thread
         waiting forever: that is a RemoteWorkerError here."""
-        while True:
-            try:
-                result: tuple[_core.Core, EngineInfo] = loaded.future.result(timeout=0.25)
-                return result
-            except FutureTimeout:
-                stuck = _core.rpc_failure(list(self.options.rpc)) if self.options.rpc else ""
-                if stuck:
-                    raise RemoteWorkerError(stuck[0].upper() + stuck[1:]) from None
+        result: tuple[_core.Core, EngineInfo] = await_unless_stuck(loaded.future, self.options.rpc)
+        return result
 
     def _reload(self) -> tuple[_core.Core, EngineInfo]:
         """On a new engine thread after a lost worker: probe the workers (RemoteWorkerError while
@@ -350,7 +344,7 @@ class Engine:
             stuck = _core.rpc_failure(endpoints)
             lost = stuck or (_core.rpc_lost(endpoints) if ready else "")
             if lost:
-                self._abandon(RemoteWorkerError(lost[0].upper() + lost[1:]), stuck=bool(stuck))
+                self._abandon(RemoteWorkerError(sentence(lost)), stuck=bool(stuck))
 
     def _abandon(self, error: RemoteWorkerError, stuck: bool) -> None:
         with self._lock:

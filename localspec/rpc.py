@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import ipaddress
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from localspec.errors import InvalidParameterError, RemoteWorkerError, RpcUnavailableError
 
 DEFAULT_PORT = 50052
 ENDPOINT_EXAMPLE = "192.168.1.20:50052"
+
+T = TypeVar("T")
 
 
 def endpoint_violation(endpoint: object) -> str | None:
@@ -62,7 +65,7 @@ def require_rpc() -> None:
 
     if not _core.rpc_supported():
         hint = _core.rpc_install_hint()
-        raise RpcUnavailableError(_sentence(hint))
+        raise RpcUnavailableError(sentence(hint))
 
 
 @dataclass(frozen=True)
@@ -95,18 +98,34 @@ def remote_devices(endpoints: tuple[str, ...]) -> list[RemoteDevice]:
             answer.set_exception(error)
 
     threading.Thread(target=ask, name="localspec-rpc-devices", daemon=True).start()
-    while True:
-        try:
-            found = answer.result(timeout=0.25)
-            break
-        except FutureTimeout:
-            stuck = _core.rpc_failure(list(endpoints))
-            if stuck:
-                raise RemoteWorkerError(_sentence(stuck)) from None
+    found = await_unless_stuck(answer, endpoints)
     return [RemoteDevice(d.endpoint, d.name, d.free_bytes, d.total_bytes) for d in found]
 
 
-def _sentence(text: str) -> str:
+def stuck_worker_error(endpoints: Sequence[str]) -> RemoteWorkerError | None:
+    """The error of a worker whose connection the core saw fail in the middle of a request
+    (what waits on that request waits forever), or None."""
+    if not endpoints:
+        return None
+    from localspec import _core
+
+    stuck = _core.rpc_failure(list(endpoints))
+    return RemoteWorkerError(sentence(stuck)) if stuck else None
+
+
+def await_unless_stuck(future: Future[T], endpoints: Sequence[str]) -> T:
+    """``future``'s result, or the stuck worker's RemoteWorkerError once the core sees one."""
+    while True:
+        try:
+            return future.result(timeout=0.25)
+        except FutureTimeout:
+            error = stuck_worker_error(endpoints)
+            if error is not None:
+                raise error from None
+
+
+def sentence(text: str) -> str:
+    """The core's lower-case message as a sentence."""
     return text[0].upper() + text[1:]
 
 
