@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from localspec import _core, devices, planner
+from localspec import _core, devices
+from localspec import model_memory as model_memory_module
 from localspec.errors import InvalidParameterError
 from localspec.gguf_reader import read_gguf
 from localspec.plan_table import plan_summary
@@ -276,7 +277,7 @@ def test_plan_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 def test_plan_command_llama_head_drops_the_head_copies(
     q8_head_model: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(planner, "_output_head_supported", lambda: True)
+    monkeypatch.setattr(model_memory_module, "_output_head_supported", lambda: True)
     copies = {}
     for extra in ([], ["--llama-head"]):
         code, out = run_plan(["--target", str(q8_head_model), "--draft", str(q8_head_model),
@@ -396,7 +397,7 @@ def test_q8_0_output_head_copies_are_counted_where_they_live() -> None:
 def test_head_copy_bytes_come_from_the_gguf_head_type(q8_head_model: Path, q6k_head_model: Path,
                                                       tiny_model_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(planner, "_output_head_supported", lambda: True)
+    monkeypatch.setattr(model_memory_module, "_output_head_supported", lambda: True)
     q8 = model_memory(q8_head_model)
     n_groups = -(-q8.n_vocab // 8)
     assert q8.head_copy_bytes == n_groups * (q8.n_embd // 32) * 272 > 0
@@ -406,7 +407,7 @@ def test_head_copy_bytes_come_from_the_gguf_head_type(q8_head_model: Path, q6k_h
     assert model_memory(tiny_model_path).head_copy_bytes == 0  # an F32 head: llama.cpp's
     # A CPU without AVX-VNNI keeps llama.cpp's head: no copy.
     assert model_memory(q8_head_model, fast_head=False).head_copy_bytes == 0  # --llama-head
-    monkeypatch.setattr(planner, "_output_head_supported", lambda: False)
+    monkeypatch.setattr(model_memory_module, "_output_head_supported", lambda: False)
     assert model_memory(q8_head_model).head_copy_bytes == 0
 
 
