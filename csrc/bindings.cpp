@@ -372,6 +372,7 @@ PYBIND11_MODULE(_core, m) {
 
     py::class_<GenerationStats>(m, "GenerationStats")
         .def_readonly("prompt_tokens", &GenerationStats::prompt_tokens)
+        .def_readonly("cached_prompt_tokens", &GenerationStats::cached_prompt_tokens)
         .def_readonly("n_tokens", &GenerationStats::n_tokens)
         .def_readonly("drafted", &GenerationStats::drafted)
         .def_readonly("accepted", &GenerationStats::accepted)

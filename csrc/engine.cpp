@@ -221,6 +221,7 @@ int SpecEngine::start(const GenerateRequest& request, ChunkCallback on_chunk) {
     forget_idle_slots(s->slot);
     // The prompt's cached prefix is kept; the rest is prefilled by step().
     s->prefilled = target_.common_prefix(std::vector<Token>(s->history.begin(), s->history.end() - 1), s->slot);
+    s->result.stats.cached_prompt_tokens = static_cast<int>(s->prefilled);
     if (request.adaptive) {
         controller_.swap_request(s->credit);
         controller_.begin_request();

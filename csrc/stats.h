@@ -10,6 +10,7 @@ namespace localspec {
 
 struct GenerationStats {
     int prompt_tokens = 0;
+    int cached_prompt_tokens = 0;  // of those, found in the slot's cache (not prefilled again)
     int n_tokens = 0;       // emitted tokens
     int drafted = 0;
     int accepted = 0;       // drafted tokens that passed verification

@@ -142,6 +142,7 @@ class GenerationStats:
     "Benchmarks")."""
 
     prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0  # of those, reused from the slot's cache (not prefilled)
     n_tokens: int = 0  # emitted (generated) tokens
     drafted: int = 0
     accepted: int = 0

@@ -273,3 +273,26 @@ def test_chat_template_override_and_template_errors(engine: Engine) -> None:
         assert response.choices[0].message.content == expected.text
         with pytest.raises(openai.BadRequestError, match="System messages are not supported"):
             client.chat.completions.create(model="custom", messages=CONVERSATION, max_tokens=2)
+
+
+def test_a_repeated_prompt_reports_its_cached_tokens_unless_cache_prompt_is_off(
+    client: openai.OpenAI, engine: Engine
+) -> None:
+    prompt = "the cat sat on the mat and the dog sat on the log, and then"
+    n_prompt = len(engine.tokenize(prompt))
+
+    def cached(**extra: Any) -> int:
+        response = client.completions.create(
+            model=engine.info.target_name, prompt=prompt, temperature=0, max_tokens=4,
+            extra_body=extra,
+        )
+        assert response.usage is not None and response.usage.prompt_tokens == n_prompt
+        details = response.usage.prompt_tokens_details
+        assert details is not None and details.cached_tokens is not None
+        return details.cached_tokens
+
+    cached(cache_prompt=False)
+    # The prompt is in the cache now: all of it but the last token, which the first pass reads.
+    assert cached() == n_prompt - 1
+    assert cached(cache_prompt=False) == 0
+    assert cached(cache_prompt=True) == n_prompt - 1

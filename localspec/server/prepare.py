@@ -125,6 +125,8 @@ def _overrides(request: SamplingRequest) -> dict[str, Any]:
             out[name] = value
     if request.repeat_last_n is not None:
         out["penalty_last_n"] = request.repeat_last_n
+    if request.cache_prompt is not None:
+        out["reuse_cache"] = request.cache_prompt
     grammar = _grammar(request)
     if grammar is not None:
         out["grammar"] = grammar

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from localspec.server.schemas import SpeculationStats, TokenProvenance, Usage
+from localspec.server.schemas import PromptTokensDetails, SpeculationStats, TokenProvenance, Usage
 from localspec.types import GenerationResult, GenerationStats, Provenance
 
 Kind = Literal["chat", "completion"]
@@ -20,7 +20,8 @@ def usage_of(result: GenerationResult, prompt_tokens: int) -> dict[str, int]:
     prompt = result.stats.prompt_tokens or prompt_tokens
     completion = result.completion_tokens
     return Usage(
-        prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+        prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=result.stats.cached_prompt_tokens),
     ).model_dump()
 
 

@@ -107,6 +107,7 @@ class SamplingRequest(Strict):
     ignore_eos: bool | None = None
     repeat_penalty: float | None = None  # llama.cpp's server names
     repeat_last_n: int | None = None
+    cache_prompt: bool | None = None  # llama.cpp's name: reuse the cached prefix (default true)
     grammar: str | None = None  # GBNF, as llama.cpp's server accepts
     localspec: LocalspecOptions | None = None
 
@@ -204,10 +205,15 @@ def _unsupported(param: str, reason: str) -> InvalidParameterError:
 # ---- responses ----------------------------------------------------------------------------
 
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int  # prompt tokens reused from the cache (OpenAI's name)
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails
 
 
 class TokenProvenance(BaseModel):
