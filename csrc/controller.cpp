@@ -18,6 +18,7 @@ constexpr double kFastFloor = 0.5;      // ... and it cuts acceptance once below
 constexpr double kBudget = 0.02;        // credit earned per emitted token, in plain passes
 constexpr double kExploitAllowance = 0.5;  // plain passes exploiting may lose beyond the credit
 constexpr double kCreditCap = 4.0;      // plain passes of credit a request may bank
+constexpr double kShapeRun = 4;  // passes a new pass shape is expected to be kept for
 constexpr double kCostSmoothing = 0.2;  // EMA weight of a new cost sample
 
 // A cost sample moves the estimate by kCostSmoothing of its difference, and counts at most
@@ -49,6 +50,8 @@ DraftController::DraftController(int k_max) : k_max_(std::max(0, k_max)) {
     mem_.hits.assign(kSlots, std::vector<double>(positions, 0.0));
     mem_.verify.assign(positions + 2, 0.0);
     mem_.draft_cost.assign(kSlots, 0.0);
+    same_shape_.assign(positions + 2, 0.0);
+    new_shape_.assign(positions + 2, 0.0);
     begin_request();
 }
 
@@ -150,6 +153,15 @@ double DraftController::verify_seconds(int rows) const {
     return 1.0;  // nothing measured yet
 }
 
+double DraftController::next_pass_seconds(int rows) const {
+    const size_t r = static_cast<size_t>(rows);
+    if (r >= same_shape_.size() || same_shape_[r] == 0 || new_shape_[r] == 0) return verify_seconds(rows);
+    if (rows == last_rows_) return same_shape_[r];
+    // A new shape is paid once and kept for a few passes: charging all of it to this step
+    // would keep the controller on its first shape for good.
+    return same_shape_[r] + std::max(0.0, new_shape_[r] - same_shape_[r]) / kShapeRun;
+}
+
 double DraftController::expected_rate(int k, int slot, Estimate estimate) const {
     double tokens = 1.0, reach = 1.0;  // reach: chance that every draft so far was accepted
     for (int i = 0; i < k; ++i) {
@@ -159,7 +171,7 @@ double DraftController::expected_rate(int k, int slot, Estimate estimate) const 
         reach *= a;
         tokens += reach;
     }
-    const double seconds = k * draft_seconds_per_token(slot) + verify_seconds(k + 1);
+    const double seconds = k * draft_seconds_per_token(slot) + next_pass_seconds(k + 1);
     return seconds > 0 ? tokens / seconds : 0.0;
 }
 
@@ -229,7 +241,12 @@ int DraftController::explore(int slot, int limit) const {
 void DraftController::observe(int k, int n_accepted, double draft_seconds, double verify_seconds_, int slot,
                               DraftLead lead) {
     const size_t rows = static_cast<size_t>(k) + 1;
-    if (rows < mem_.verify.size()) mem_.verify[rows] = ema(mem_.verify[rows], verify_seconds_);
+    if (rows < mem_.verify.size()) {
+        mem_.verify[rows] = ema(mem_.verify[rows], verify_seconds_);
+        auto& shaped = static_cast<int>(rows) == last_rows_ ? same_shape_ : new_shape_;
+        shaped[rows] = ema(shaped[rows], verify_seconds_);
+    }
+    last_rows_ = static_cast<int>(rows);
     const double plain = verify_seconds(1);
     const double budget = kBudget * (n_accepted + 1) * plain;  // earned by every emitted token
     explore_credit_ = std::min(explore_credit_ + budget, kCreditCap * plain);

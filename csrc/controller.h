@@ -93,6 +93,10 @@ public:
     double acceptance(int slot = 0, int position = -1) const;             // mean estimate
     double pessimistic_acceptance(int slot = 0, int position = 0) const;  // what exploiting uses
     double verify_seconds(int rows) const;                                // V(rows)
+    // What the next pass over `rows` rows costs given the last pass's rows: a pass of the same
+    // shape as the one before can cost less (llama.cpp reuses its graph; over RPC ggml then
+    // sends no new graph to the workers). V(rows) until both kinds are measured.
+    double next_pass_seconds(int rows) const;
     double draft_seconds_per_token(int slot = 0) const;
     enum class Estimate { Mean, Pessimistic, Optimistic };
     double expected_rate(int k, int slot = 0, Estimate estimate = Estimate::Mean) const;  // E(k) / T(k)
@@ -115,6 +119,10 @@ private:
     double credit_ = 0;          // what drafting may still lose in this request (seconds)
     double explore_credit_ = 0;  // the part of it that exploring may spend: its budget only
     bool exploring_ = false;     // the last choice was a probe (paid from explore_credit_)
+    // Pass seconds by rows, split by whether the pass had the previous pass's rows (learned in
+    // this process only; 0 = not measured), and the rows of the last observed pass.
+    std::vector<double> same_shape_, new_shape_;
+    int last_rows_ = 0;
 };
 
 }  // namespace localspec
