@@ -7,7 +7,8 @@
 // that d_1 .. d_{i-1} were), a step that drafts k tokens emits on average
 //     E(k) = 1 + sum_{j=1..k} prod_{i=1..j} a_i      tokens (accepted prefix + correction/bonus)
 // and costs T(k) = k * c + V(k + 1) seconds (c: draft seconds per token, V(j): seconds for a
-// target pass over j rows). Plain decoding is E(0) / V(1) = 1 / V(1).
+// target pass over j rows, priced by whether it keeps the last pass's shape: next_pass_seconds).
+// Plain decoding is E(0) / V(1) = 1 / V(1).
 //
 // The worst case is bounded by design. Drafting must earn its place:
 //   * exploit: draft only where a PESSIMISTIC estimate of acceptance (a lower confidence bound,
