@@ -1,19 +1,11 @@
 // llama.cpp's RPC backend, through ggml's registry (rpc.h says why and how failures are handled).
 #include "rpc.h"
 
-#include <ggml-backend.h>
-#include <ggml-rpc.h>  // the protocol version only: the functions come from the registry
+#include <ggml-backend.h>  // the RPC functions come from the registry
 #include <ggml.h>
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -74,8 +66,6 @@ std::string current_name(RpcState& s, const std::string& endpoint) {
 thread_local bool t_engine_thread = false;
 // The connections the engine thread attached last (the load it runs).
 thread_local std::vector<std::string> t_loading;
-
-UserError worker_error(const std::string& message) { return UserError(ErrorKind::RemoteWorker, message); }
 
 ggml_backend_reg_t rpc_registry() {
     ggml_backend_reg_t reg = ggml_backend_reg_by_name("RPC");

@@ -27,8 +27,6 @@ constexpr uint8_t kHelloCommand = 14;  // RPC_CMD_HELLO: fixed in every protocol
 constexpr size_t kCapsSize = 24;       // rpc_msg_hello_req: connection capabilities (none)
 constexpr size_t kHelloReplySize = 4 + kCapsSize;  // major, minor, patch, padding, caps
 
-UserError worker_error(const std::string& message) { return UserError(ErrorKind::RemoteWorker, message); }
-
 bool wait_for(int fd, short events, int timeout_ms) {
     pollfd p{fd, events, 0};
     return poll(&p, 1, timeout_ms) == 1 && (p.revents & events);
@@ -81,6 +79,8 @@ void connect_or_throw(int fd, const sockaddr_in& addr, const std::string& endpoi
 }
 
 }  // namespace
+
+UserError worker_error(const std::string& message) { return UserError(ErrorKind::RemoteWorker, message); }
 
 sockaddr_in resolve(const std::string& endpoint) {
     const size_t colon = endpoint.rfind(':');

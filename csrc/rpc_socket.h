@@ -10,7 +10,12 @@
 #include <set>
 #include <string>
 
+#include "errors.h"
+
 namespace localspec {
+
+// A UserError(RemoteWorker) with this sentence: what every failure to reach a worker raises.
+UserError worker_error(const std::string& message);
 
 // ggml's socket of a connection, as found once: the descriptor and the socket's inode. ggml
 // closes the socket when the last model on it is freed and the descriptor's number is soon
