@@ -54,6 +54,9 @@ class LoadOptions:
     # when the model's head allows it; False: always llama.cpp's.
     fast_head: bool = True
     kv_type: str = "f16"  # the KV cache type of both models (planner.KV_TYPES)
+    # llama.cpp's repacked CPU weight layouts for the target (llama.cpp's --no-repack turns
+    # them off): faster on CPUs, and what ggml's RPC workers never use (docs/rpc.md).
+    repack: bool = True
     # Exact mode (docs/exact.md): batch-invariant target passes, so speculative output equals
     # plain output bit for bit. A load-time choice (llama.cpp's kernels and cache type).
     exact: bool = False
@@ -215,6 +218,7 @@ def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:
     core_options.draft_p_min = options.draft_p_min
     core_options.fast_head = options.fast_head
     core_options.kv_type = options.kv_type
+    core_options.repack = options.repack
     core_options.exact = options.exact
     core_options.verbose = options.verbose
     # Every drafter serves `parallel` generations (a draft model keeps a cache per generation,
@@ -249,4 +253,5 @@ def _engine_info(core: _core.Core, options: LoadOptions, notice: str) -> EngineI
         rollback_depth=core.rollback_depth(),
         notice=notice,
         parallel=core.n_seq(),
+        rpc=options.rpc,
     )

@@ -274,6 +274,8 @@ class EngineInfo:
     notice: str = ""
     # Generations that share each target pass (LoadOptions.parallel, or 1 where it cannot).
     parallel: int = 1
+    # The RPC workers holding target layers (LoadOptions.rpc; docs/rpc.md).
+    rpc: tuple[str, ...] = ()
 
     @property
     def drafter_spec(self) -> DrafterSpec:

@@ -4,6 +4,7 @@ remote device; bad --rpc values and unreachable workers as one sentence with exi
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from collections.abc import Iterator
@@ -176,8 +177,42 @@ def test_a_worker_on_a_non_loopback_address_warns() -> None:
         assert worker.stderr is not None
         warning = worker.stderr.readline()
         banner = worker.stderr.readline()
+        note = worker.stderr.readline() if "CPU" in banner else ""
     finally:
         worker.kill()
         worker.wait()
     assert "no authentication and no encryption" in warning and "trusted network" in warning
     assert f"at 0.0.0.0:{port}" in banner
+    # A CPU device computes without llama.cpp's repacked layouts there (docs/rpc.md).
+    assert "CPU" not in banner or "--no-repack" in note
+
+
+def test_bench_compares_the_workers_with_this_machine_alone(
+    tiny_model_path: Path, endpoints: tuple[str, str], prompt_file: Path
+) -> None:
+    """--modes local,rpc: the same prompts with and without the workers, interleaved in one run,
+    each mode with its own speedup over plain decoding, and rpc / local per arm (docs/rpc.md)."""
+    proc = subprocess.run(
+        [*_cli(), "bench", "--target", str(tiny_model_path), "--draft", "ngram", "--threads", "1",
+         "--max-tokens", "16", "--repeat", "2", "--prompts", str(prompt_file), "--json",
+         "--rpc", ",".join(endpoints), "--modes", "local,rpc"],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    local, remote = out["modes"]["local"], out["modes"]["rpc"]
+    assert "rpc" not in local and remote["rpc"] == list(endpoints)
+    for mode in (local, remote):
+        assert mode["overall"]["n_runs"] == 2 * len(mode["prompts"])
+        assert mode["overall"]["identical"] == "yes"
+    plain = out["rpc_vs_local"]["plain"]["overall"]
+    assert plain == pytest.approx(remote["overall"]["plain_tps"] / local["overall"]["plain_tps"],
+                                  rel=1e-6)
+
+
+def test_bench_local_rpc_needs_workers(tiny_model_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["bench", "--target", str(tiny_model_path), "--threads", "1",
+                 "--modes", "local,rpc"])
+    error = capsys.readouterr().err.strip()
+    assert code == 2 and len(error.splitlines()) == 1
+    assert "--modes local,rpc compares RPC workers with this machine alone" in error

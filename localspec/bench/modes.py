@@ -1,9 +1,11 @@
-"""Default and exact mode in one bench run, interleaved (`localspec bench --modes default,exact`).
+"""Two ways of loading the same pair in one bench run, interleaved (`localspec bench --modes
+default,exact`, and `--modes local,rpc`).
 
 One process cannot hold both modes (exact mode switches llama.cpp's tiled K-quant matmul off for
-the whole process, docs/exact.md), so each mode loads its engine in a child process of its own
-and the bench drives them in turn: prompt by prompt and repeat by repeat, the two modes run one
-after the other (alternating which goes first), each its plain, speculative and A/A arms. Only
+the whole process, docs/exact.md; ggml numbers RPC devices per process), so each mode loads its
+engine in a child process of its own and the bench drives them in turn: prompt by prompt and
+repeat by repeat, the two modes run one after the other (alternating which goes first), each
+its plain, speculative and A/A arms. Only
 the process running a repeat computes; the other waits on its pipe.
 
 The cross-mode comparison pairs repeat r of one mode with repeat r of the other, which ran right
@@ -25,9 +27,22 @@ from localspec.loading import LoadOptions
 from localspec.prompts import Prompt
 from localspec.types import GenerationParams
 
-__all__ = ["MODES", "ModeComparison", "compare_modes", "run_modes"]
+__all__ = ["MODE_PAIRS", "ModeComparison", "compare_modes", "mode_options", "run_modes"]
 
-MODES = ("default", "exact")
+# The modes a run can compare, base first: the comparison reads second / first.
+MODE_PAIRS = (("default", "exact"), ("local", "rpc"))
+
+
+def mode_options(options: LoadOptions, mode: str) -> LoadOptions:
+    """How `mode` loads the pair that `options` describe: exact mode or not; this machine
+    alone ("local") or with the options' RPC workers ("rpc")."""
+    if mode in ("default", "exact"):
+        return replace(options, exact=mode == "exact")
+    if mode == "local":
+        return replace(options, rpc=())
+    if mode == "rpc":
+        return options
+    raise ValueError(f"unknown bench mode {mode!r}")
 
 
 @dataclass
@@ -103,29 +118,31 @@ def _merge(into: PromptRun | None, run: PromptRun) -> PromptRun:
     return into
 
 
-def run_modes(options: LoadOptions, prompts: Sequence[Prompt], params: GenerationParams,
+def run_modes(modes: dict[str, LoadOptions], prompts: Sequence[Prompt], params: GenerationParams,
               repeat: int, progress: Callable[[int, int], None] | None = None,
               notice: Callable[[str], None] | None = None) -> list[ModeRuns]:
-    """Every prompt's repeats in both modes, interleaved; the modes' runs in MODES order."""
+    """Every prompt's repeats in each mode (name: how it loads), interleaved; the modes' runs
+    in the dict's order."""
+    names = tuple(modes)
     workers: dict[str, _Worker] = {}
     try:
-        for mode in MODES:
-            workers[mode] = _Worker(replace(options, exact=mode == "exact"))
+        for mode in names:
+            workers[mode] = _Worker(modes[mode])
             if workers[mode].notice and notice:
                 notice(f"{mode} mode: {workers[mode].notice}")
-        runs: dict[str, list[PromptRun]] = {mode: [] for mode in MODES}
-        total, done = len(prompts) * repeat * len(MODES), 0
+        runs: dict[str, list[PromptRun]] = {mode: [] for mode in names}
+        total, done = len(prompts) * repeat * len(names), 0
         for prompt in prompts:
-            merged: dict[str, PromptRun | None] = dict.fromkeys(MODES)
+            merged: dict[str, PromptRun | None] = dict.fromkeys(names)
             for r in range(repeat):
-                for mode in MODES if r % 2 == 0 else tuple(reversed(MODES)):
+                for mode in names if r % 2 == 0 else tuple(reversed(names)):
                     merged[mode] = _merge(merged[mode], workers[mode].run(prompt, params, r))
                     done += 1
                     if progress:
                         progress(done, total)
-            for mode in MODES:
+            for mode in names:
                 runs[mode].append(merged[mode])  # type: ignore[arg-type]
-        return [ModeRuns(mode, runs[mode], workers[mode].finish()) for mode in MODES]
+        return [ModeRuns(mode, runs[mode], workers[mode].finish()) for mode in names]
     finally:
         for worker in workers.values():
             worker.kill()
@@ -133,9 +150,10 @@ def run_modes(options: LoadOptions, prompts: Sequence[Prompt], params: Generatio
 
 @dataclass
 class ModeComparison:
-    """Exact mode against default mode: ``speculative`` and ``plain`` are reports whose
-    "speedup" is exact / default tokens/s of that arm (per prompt: the median of paired
-    repeats; per category and overall: total tokens over total time)."""
+    """One mode against the other (exact against default, rpc against local): ``speculative``
+    and ``plain`` are reports whose "speedup" is second / first mode's tokens/s of that arm
+    (per prompt: the median of paired repeats; per category and overall: total tokens over
+    total time)."""
 
     speculative: Report
     plain: Report
@@ -148,15 +166,15 @@ class ModeComparison:
                 for arm, report in (("speculative", self.speculative), ("plain", self.plain))}
 
 
-def compare_modes(default: Sequence[PromptRun], exact: Sequence[PromptRun]) -> ModeComparison:
-    """Pairs each prompt's repeat r across the modes: default mode's arm stands where the bench
-    puts plain decoding, exact mode's where it puts speculation, so summarize's ratios read
-    exact / default."""
+def compare_modes(first: Sequence[PromptRun], second: Sequence[PromptRun]) -> ModeComparison:
+    """Pairs each prompt's repeat r across the modes: the first mode's arm stands where the
+    bench puts plain decoding, the second's where it puts speculation, so summarize's ratios
+    read second / first."""
     def paired(arm: str) -> Report:
         return summarize([
-            PromptRun(d.prompt, plain=getattr(d, arm), speculative=getattr(e, arm),
-                      identical=d.identical and e.identical)
-            for d, e in zip(default, exact, strict=True)
+            PromptRun(a.prompt, plain=getattr(a, arm), speculative=getattr(b, arm),
+                      identical=a.identical and b.identical)
+            for a, b in zip(first, second, strict=True)
         ])
 
     return ModeComparison(paired("speculative"), paired("plain"))

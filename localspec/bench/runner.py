@@ -124,11 +124,13 @@ def run_comparison(
 
 def engine_header(engine: Engine, runs: Sequence[PromptRun]) -> dict[str, Any]:
     """Which heads computed the target's and the draft model's logits (README: output head),
-    the mode, and in exact mode whether passes of 1 .. 16 rows gave the first prompt's last
+    the mode, the RPC workers if any, and in exact mode whether passes of 1 .. 16 rows gave the first prompt's last
     positions the bits of single-token passes (docs/exact.md)."""
     out: dict[str, Any] = {"verify_head": engine.info.verify_head,
                            "draft_head": engine.info.draft_head,
                            "mode": "exact" if engine.info.exact else "default"}
+    if engine.info.rpc:
+        out["rpc"] = list(engine.info.rpc)
     tokens = runs[0].prompt_tokens + runs[0].plain_tokens if runs else []
     if engine.info.exact and len(tokens) > MAX_ROWS:
         out["rows_differing"] = differing_row_counts(engine, tokens)

@@ -96,8 +96,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "none)")
     parser.add_argument("--modes", choices=MODE_CHOICES, default=None,
                         help="'default,exact' runs both modes interleaved, each in its own "
-                        "process, and reports exact / default (docs/exact.md) (default: the "
-                        "mode --exact picks)")
+                        "process, and reports exact / default (docs/exact.md); 'local,rpc' "
+                        "the same for this machine alone and with the --rpc workers "
+                        "(docs/rpc.md) (default: the mode --exact picks)")
     parser.add_argument("--baseline", choices=BASELINES,
                         help="also run llama-cpp-python's plain and prompt-lookup generation "
                         "(default: none)")
@@ -241,6 +242,7 @@ def run(args: argparse.Namespace) -> int:
             with Engine.load(target, draft=draft, n_ctx=args.ctx or DEFAULT_N_CTX,
                              n_threads=args.threads, draft_p_min=0.0,
                              fast_head=not args.llama_head, kv_type=args.kv_type,
+                             repack=not args.no_repack,
                              exact=args.exact, verbose=args.verbose) as engine:
                 measured = _measure(engine, prompts, params, args, engine.info.drafter_spec)
                 heads = engine_header(engine, measured.runs)

@@ -116,6 +116,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, positional_pair: boo
                        "the pair's, else none)")
     if not loads:
         return
+    group.add_argument("--no-repack", action="store_true",
+                       help="keep the target's weights in their file layout on the CPU, as "
+                       "llama.cpp's --no-repack (default: llama.cpp's faster repacked layouts)")
     group.add_argument("--exact", action="store_true",
                        help="exact mode: batch-invariant target passes, so speculative output "
                        "equals plain output bit for bit (docs/exact.md) (default: off)")
@@ -219,8 +222,8 @@ def load_options(args: argparse.Namespace, choice: ModelChoice, plan: Plan,
     options = LoadOptions(
         target=choice.target, draft=choice.drafter, n_ctx=choice.n_ctx, n_threads=args.threads,
         n_gpu_layers=layers, n_gpu_layers_draft=draft_layers, fast_head=not args.llama_head,
-        kv_type=args.kv_type, exact=getattr(args, "exact", False), rpc=choice.rpc,
-        verbose=args.verbose,
+        kv_type=args.kv_type, repack=not args.no_repack, exact=getattr(args, "exact", False),
+        rpc=choice.rpc, verbose=args.verbose,
     )
     return replace(options, **overrides)
 

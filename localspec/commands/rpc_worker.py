@@ -12,6 +12,15 @@ from typing import Any
 from localspec.errors import InvalidParameterError
 from localspec.rpc import DEFAULT_PORT, is_loopback, require_rpc
 
+# ggml's RPC server allocates every tensor in the device's plain buffers, and its wire format
+# carries no repacking, so a CPU device computes without llama.cpp's repacked weight layouts
+# (measured in docs/rpc.md).
+CPU_LAYOUT_NOTE = (
+    "localspec rpc-worker: note: ggml's RPC server keeps the CPU's weights in their file layout, "
+    "so layers placed here run as with --no-repack on the client, slower than there on most "
+    "quantized models (docs/rpc.md)."
+)
+
 INSECURE_BIND = (
     "localspec: warning: {host} is not a loopback address: ggml's RPC protocol has no "
     "authentication and no encryption, so anyone who can reach {host}:{port} can use this "
@@ -72,6 +81,8 @@ def handler(args: argparse.Namespace) -> int:
     shown = ", ".join(devices or _core.default_worker_devices())
     print(f"localspec rpc-worker: lending {shown} at {args.host}:{args.port} "
           "(Ctrl+C stops)", file=sys.stderr, flush=True)
+    if "CPU" in shown.split(", "):
+        print(CPU_LAYOUT_NOTE, file=sys.stderr, flush=True)
     # ggml's server loop never returns to Python: let Ctrl+C end the process directly.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     _core.serve_rpc_worker(f"{args.host}:{args.port}", devices, args.threads or os.cpu_count() or 1)
