@@ -124,8 +124,8 @@ def run_comparison(
 
 def engine_header(engine: Engine, runs: Sequence[PromptRun]) -> dict[str, Any]:
     """Which heads computed the target's and the draft model's logits (README: output head),
-    the mode, the RPC workers if any, and in exact mode whether passes of 1 .. 16 rows gave the first prompt's last
-    positions the bits of single-token passes (docs/exact.md)."""
+    the mode, the RPC workers if any, and in exact mode whether passes of 1 .. 16 rows gave the
+    first prompt's last positions the bits of single-token passes (docs/exact.md)."""
     out: dict[str, Any] = {"verify_head": engine.info.verify_head,
                            "draft_head": engine.info.draft_head,
                            "mode": "exact" if engine.info.exact else "default"}
