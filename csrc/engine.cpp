@@ -27,9 +27,10 @@ struct DrafterSpec {
 
 namespace {
 
-// Exact mode's attention settings (docs/exact.md has the measurements behind them).
+// Exact mode's attention: flash attention, whose reference kernel (Context asks for it) runs
+// every query row through the same loop over the whole cache, of any cache type. Without it,
+// Q·K goes through the F16 matmul, which sums 1 row and 2+ rows in different orders.
 constexpr int kExactFlashAttn = 1;
-constexpr const char* kExactKvType = "q8_0";
 
 std::shared_ptr<Model> load_target(const EngineOptions& options) {
     backend_init(options.verbose);
@@ -49,12 +50,11 @@ ContextOptions context_options(const EngineOptions& options, bool fast_head) {
     return out;
 }
 
-// The target's context: the numerics knobs, or exact mode's fixed choice (docs/exact.md); with
+// The target's context: the numerics knobs, or exact mode's choice of them (docs/exact.md); with
 // an EAGLE-3 head it records the hidden states the head reads.
 ContextOptions target_options(const EngineOptions& options, const DrafterSpec& spec, const Model& target) {
     ContextOptions out = context_options(options, options.fast_head || options.exact);
     out.flash_attn = options.exact ? kExactFlashAttn : options.flash_attn;
-    out.kv_type = options.exact ? kExactKvType : options.kv_type;
     out.exact = options.exact;
     out.n_seq = options.n_seq;
     // A recurrent or hybrid target takes back at most this many rejected draft tokens (the

@@ -44,7 +44,7 @@ struct EngineOptions {
     std::string kv_type = "f16";  // KV cache type of both contexts (ggml's type name)
     // Exact mode (docs/exact.md): every target row gets the same logits bits whatever the
     // pass's row count, so speculative output equals plain output bit for bit. It overrides
-    // repack, flash_attn and the target's kv_type, knobs that exist to measure them one by one.
+    // repack and flash_attn, knobs that exist to measure them one by one.
     bool exact = false;
     bool repack = true;  // llama.cpp's repacked CPU weight layouts (target)
     int flash_attn = -1;  // -1 llama.cpp's choice, 0 off, 1 on (target)

@@ -7,7 +7,6 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <cmath>
 #include <cstdio>
@@ -382,28 +381,36 @@ GraphTap layer_tap(const Model& model, const std::vector<int>& layers) {
     return GraphTap(names);
 }
 
-// Whether any decode has run in this process (exact mode must choose its kernels before).
-std::atomic<bool>& decoded_once() {
-    static std::atomic<bool> flag{false};
-    return flag;
-}
-
-// llama.cpp's tiled K-quant matmul (ggml-cpu/tiled) takes batches of 8 rows and more and sums
-// in another order than its one-row dot products; it reads GGML_CPU_TILED_MM once per process,
-// at the first K-quant product. Exact mode turns it off before that.
-void require_untiled_matmul() {
-    const char* env = std::getenv("GGML_CPU_TILED_MM");
-    if (env && std::string(env) == "0") return;
-    if (decoded_once().load()) {
+// Exact mode asks ggml's CPU backend of its own context for the reference kernels
+// (ggml_backend_cpu_set_use_ref): no tiled K-quant matmul (from 8 rows it sums in another order
+// than the one-row dot product) and no tiled or cache-split flash attention (every query row then
+// runs the same loop over the whole cache, so an F16 cache is batch-invariant too). The switch
+// belongs to that context's backend only; llama.cpp keeps its backends in the context's
+// scheduler, which only its C++ member llama_context::get_sched() returns.
+void use_reference_kernels(llama_context* ctx) {
+    // ggml_backend_sched_t llama_context::get_sched() const (a member: `this` is the first argument)
+    using GetSched = ggml_backend_sched_t (*)(const llama_context*);
+    const auto get_sched = reinterpret_cast<GetSched>(libllama_symbol("_ZNK13llama_context9get_schedEv"));
+    if (!get_sched) {
         throw UserError(ErrorKind::InvalidParameter,
-                        "exact mode must be chosen before any model has run in this process (llama.cpp "
-                        "picks its kernels once); load the exact engine first, or set GGML_CPU_TILED_MM=0.");
+                        "this libllama does not export llama_context::get_sched (llama-cpp-python 0.3.36 "
+                        "does), so exact mode cannot choose its kernels; install that version or leave out --exact.");
     }
-#ifdef _WIN32
-    _putenv_s("GGML_CPU_TILED_MM", "0");
-#else
-    setenv("GGML_CPU_TILED_MM", "0", 1);
-#endif
+    ggml_backend_sched_t sched = get_sched(ctx);
+    for (int i = 0; i < ggml_backend_sched_get_n_backends(sched); ++i) {
+        ggml_backend_t backend = ggml_backend_sched_get_backend(sched, i);
+        ggml_backend_dev_t device = ggml_backend_get_device(backend);
+        if (device == nullptr || ggml_backend_dev_type(device) != GGML_BACKEND_DEVICE_TYPE_CPU) continue;
+        using SetUseRef = void (*)(ggml_backend_t, bool);
+        const auto set_use_ref = reinterpret_cast<SetUseRef>(
+            ggml_backend_reg_get_proc_address(ggml_backend_dev_backend_reg(device), "ggml_backend_cpu_set_use_ref"));
+        if (!set_use_ref) {
+            throw UserError(ErrorKind::InvalidParameter,
+                            "this ggml CPU backend has no ggml_backend_cpu_set_use_ref, so exact mode cannot "
+                            "choose its kernels; install llama-cpp-python 0.3.36 or leave out --exact.");
+        }
+        set_use_ref(backend, true);
+    }
 }
 
 // Whether the model's matrices are mostly F32, F16 or BF16 (general.file_type 0, 1 or 32): the
@@ -415,7 +422,6 @@ bool has_sgemm_matrices(const Model& model) {
 
 void run_decode(llama_context* ctx, llama_batch& batch, const std::vector<std::string>& rpc) {
     check_rpc_alive(rpc);  // a worker that hung up: an error here, not an abort inside ggml
-    decoded_once().store(true);
     const int32_t rc = llama_decode(ctx, batch);
     if (rc != 0) {
         throw std::runtime_error("llama_decode failed with code " + std::to_string(rc) + ": " + take_last_error());
@@ -471,7 +477,6 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
     params.flash_attn_type = options.flash_attn < 0    ? LLAMA_FLASH_ATTN_TYPE_AUTO
                              : options.flash_attn == 0 ? LLAMA_FLASH_ATTN_TYPE_DISABLED
                                                        : LLAMA_FLASH_ATTN_TYPE_ENABLED;
-    if (options.exact) require_untiled_matmul();
     int threads = options.n_threads > 0 ? options.n_threads
                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const int n_seq = std::max(1, options.n_seq);
@@ -523,6 +528,7 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
                                                   model.path() + "': " + reason +
                                                   " (try a smaller --ctx)");
     }
+    if (options.exact) use_reference_kernels(impl_->ctx);
     if (options.nextn_features) {
         impl_->nextn = require_nextn_ext();
         impl_->nextn.set(impl_->ctx, true, false);  // every row's hidden state, not only the outputs'

@@ -101,7 +101,8 @@ struct ContextOptions {
     bool nextn_features = false;
     std::string kv_type = "f16";  // the KV cache's element type: f16, q8_0, ... (ggml's names)
     // Numerics (docs/exact.md). flash_attn: -1 llama.cpp's choice, 0 off, 1 on. exact: every
-    // row of a pass gets the same logits bits whatever the number of rows (exact_head.h).
+    // row of a pass gets the same logits bits whatever the number of rows (exact_head.h; this
+    // context's CPU backend runs ggml's reference kernels).
     int flash_attn = -1;
     bool exact = false;
     // Sequences sharing the context (batched serving), each with its own positions and up to

@@ -25,8 +25,10 @@ SETTINGS: dict[str, dict[str, object]] = {
     "repack off, flash attn on, KV q8_0": {"repack": False, "flash_attn": 1, "kv_type": "q8_0"},
     "... + tiled K-quant matmul off": {"repack": False, "flash_attn": 1, "kv_type": "q8_0",
                                        "tiled": False},
-    "exact (all of the above + localspec's exact head)": {"exact": True, "tiled": False},
-    "exact, 1 thread": {"exact": True, "tiled": False, "threads": 1},
+    "exact (repack off, flash attn on, ggml's reference kernels, localspec's head)": {
+        "exact": True},
+    "exact, KV q8_0": {"exact": True, "kv_type": "q8_0"},
+    "exact, 1 thread": {"exact": True, "threads": 1},
 }
 TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "F16")
 
@@ -87,6 +89,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--gemma", help="the embedded Gemma GGUF (default: from the cache)")
     parser.add_argument("--out", default="/tmp/localspec-exact", help="where the models go")
+    parser.add_argument("--settings", default="",
+                        help="only the settings whose label starts with this (default: all)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -99,6 +103,8 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for name, path in models.items():
         for label, settings in SETTINGS.items():
+            if not label.startswith(args.settings):
+                continue
             result = measure(path, settings)
             short, long = result["differs"]  # type: ignore[misc]
             print(f"| {name} | {label} | {result['head']} | {rows_text(short)} | "

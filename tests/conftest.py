@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from localspec.synthetic import TinyConfig, write_model, write_pair
-
-# Exact-mode engines (tests/test_exact.py) need llama.cpp's tiled K-quant matmul off, a choice
-# llama.cpp reads once per process at the first K-quant product (docs/exact.md): make it before
-# any test runs a model, so that the tests may run in any order.
-os.environ.setdefault("GGML_CPU_TILED_MM", "0")
 
 
 @pytest.fixture(scope="session")
