@@ -28,7 +28,7 @@ def test_model_flags_everywhere(command: str) -> None:
     flags = set(options(subcommands()[command]))
     assert flags >= MODEL_FLAGS
     if command in LOADING_COMMANDS:
-        assert flags >= {"--threads", "--n-gpu-layers", "--verbose"}
+        assert flags >= {"--threads", "--n-gpu-layers", "--verbose", "--no-repack"}
     if command in ("run", "chat"):
         assert "--no-speculation" in flags
 
