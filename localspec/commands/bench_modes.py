@@ -21,6 +21,7 @@ from localspec.bench.report import summarize
 from localspec.bench.table import print_report
 from localspec.commands.common import ModelChoice, choose_models, load_options, plan_choice
 from localspec.errors import InvalidParameterError
+from localspec.loading import LoadOptions
 from localspec.prompts import Prompt
 from localspec.types import GenerationParams
 
@@ -42,7 +43,7 @@ def check_modes(args: argparse.Namespace) -> bool:
     return True
 
 
-def _mode_options(args: argparse.Namespace, choice: ModelChoice, mode: str) -> Any:
+def _mode_options(args: argparse.Namespace, choice: ModelChoice, mode: str) -> LoadOptions:
     if mode == "local":  # planned for this machine alone
         choice = replace(choice, rpc=())
     return mode_options(load_options(args, choice, plan_choice(args, choice)), mode)
