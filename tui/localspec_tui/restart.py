@@ -1,9 +1,10 @@
 """``/exact``: switch exact mode from the chat.
 
-Exact mode is chosen when the model loads (the layout of its weights and its context's kernels;
-docs/exact.md), so the chat cannot flip it under a loaded model. It restarts itself in the other mode instead:
-the app exits with a ``ModeSwitch``, the command line is run again with ``--exact`` added or
-removed and ``--restore FILE``, and the new chat shows the conversation and continues it.
+Exact mode is chosen when the model loads (the layout of its weights and its context's
+kernels; docs/exact.md), so the chat cannot flip it under a loaded model. It restarts itself
+in the other mode instead: the app exits with a ``ModeSwitch``, the command line is run again
+with ``--exact`` added or removed and ``--restore FILE``, and the new chat shows the
+conversation and continues it.
 """
 
 from __future__ import annotations
