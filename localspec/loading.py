@@ -58,7 +58,7 @@ class LoadOptions:
     # them off): faster on CPUs, and what ggml's RPC workers never use (docs/rpc.md).
     repack: bool = True
     # Exact mode (docs/exact.md): batch-invariant target passes, so speculative output equals
-    # plain output bit for bit. A load-time choice (llama.cpp's kernels and cache type).
+    # plain output bit for bit. A load-time choice (the weights' layout, the context's kernels).
     exact: bool = False
     # Generations that run together, sharing each target pass (batched serving; the server's
     # --parallel). In exact mode they take turns.

@@ -18,7 +18,7 @@ from localspec.errors import InvalidParameterError, LocalspecError, RemoteWorker
 from localspec.loading import LoadOptions
 from localspec.registry import load_registry
 from localspec.remote_plan import split_layers
-from tests.rpc_workers import workers
+from tests.rpc_workers import wait_listening, workers
 from tests.test_server_cli import free_port
 
 PROMPT = "the cat sat on the mat. the cat sat on the mat. the cat"
@@ -174,17 +174,15 @@ def test_a_worker_on_a_non_loopback_address_warns() -> None:
                                "--threads", "1"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True)
     try:
-        assert worker.stderr is not None
-        warning = worker.stderr.readline()
-        banner = worker.stderr.readline()
-        note = worker.stderr.readline() if "CPU" in banner else ""
+        wait_listening(port, worker)  # everything it says before serving has been said
     finally:
         worker.kill()
-        worker.wait()
+        lines = worker.communicate()[1].splitlines()
+    warning, banner = lines[0], lines[1]
     assert "no authentication and no encryption" in warning and "trusted network" in warning
     assert f"at 0.0.0.0:{port}" in banner
     # A CPU device computes without llama.cpp's repacked layouts there (docs/rpc.md).
-    assert "CPU" not in banner or "--no-repack" in note
+    assert "CPU" not in banner or "--no-repack" in lines[2]
 
 
 def test_bench_compares_the_workers_with_this_machine_alone(

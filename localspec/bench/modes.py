@@ -1,12 +1,11 @@
 """Two ways of loading the same pair in one bench run, interleaved (`localspec bench --modes
 default,exact`, and `--modes local,rpc`).
 
-One process cannot hold both modes (exact mode switches llama.cpp's tiled K-quant matmul off for
-the whole process, docs/exact.md; ggml numbers RPC devices per process), so each mode loads its
-engine in a child process of its own and the bench drives them in turn: prompt by prompt and
-repeat by repeat, the two modes run one after the other (alternating which goes first), each
-its plain, speculative and A/A arms. Only
-the process running a repeat computes; the other waits on its pipe.
+Each mode loads its engine in a child process of its own, so that neither shares anything with
+the other (memory, llama.cpp's per-process state, ggml's numbering of RPC devices), and the bench
+drives them in turn: prompt by prompt and repeat by repeat, the two modes run one after the
+other (alternating which goes first), each its plain, speculative and A/A arms. Only the
+process running a repeat computes; the other waits on its pipe.
 
 The cross-mode comparison pairs repeat r of one mode with repeat r of the other, which ran right
 next to it, exactly as the bench pairs speculative with plain within a mode (bench/report.py).

@@ -78,10 +78,10 @@ def handler(args: argparse.Namespace) -> int:
     if not is_loopback(args.host):
         print(INSECURE_BIND.format(host=args.host, port=args.port), file=sys.stderr)
     devices = _devices(args.device)
-    shown = ", ".join(devices or _core.default_worker_devices())
-    print(f"localspec rpc-worker: lending {shown} at {args.host}:{args.port} "
+    lent = devices or _core.default_worker_devices()
+    print(f"localspec rpc-worker: lending {', '.join(lent)} at {args.host}:{args.port} "
           "(Ctrl+C stops)", file=sys.stderr, flush=True)
-    if "CPU" in shown.split(", "):
+    if "CPU" in lent:
         print(CPU_LAYOUT_NOTE, file=sys.stderr, flush=True)
     # ggml's server loop never returns to Python: let Ctrl+C end the process directly.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
