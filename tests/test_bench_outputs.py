@@ -112,3 +112,18 @@ def test_progress_lines_with_an_eta() -> None:
         "bench: 4/4 prompt runs, 0:31 elapsed",
     ]
     assert clock_text(3725) == "1:02:05"
+
+
+def test_same_pass_ratios_are_total_seconds_over_total_seconds() -> None:
+    """--modes' "same passes" column: per category the first mode's replay seconds over the
+    second's (second mode's speed), prompts without a timing counted apart, not averaged in."""
+    from localspec.bench.modes import same_pass_ratios
+
+    def run(pid: str, category: str, seconds: float | None) -> PromptRun:
+        return PromptRun(Prompt(pid, category, "x"), same_pass_seconds=seconds)
+
+    first = [run("a", "code", 2.0), run("b", "code", 1.0), run("c", "qa", 4.0), run("d", "qa", 1.0)]
+    second = [run("a", "code", 1.0), run("b", "code", 2.0), run("c", "qa", 5.0), run("d", "qa", None)]
+    ratios, skipped = same_pass_ratios(first, second)
+    assert ratios == pytest.approx({"code": 3.0 / 3.0, "qa": 4.0 / 5.0, "all": 7.0 / 8.0})
+    assert skipped == 1

@@ -9,24 +9,33 @@ process running a repeat computes; the other waits on its pipe.
 
 The cross-mode comparison pairs repeat r of one mode with repeat r of the other, which ran right
 next to it, exactly as the bench pairs speculative with plain within a mode (bench/report.py).
+
+Two modes may write different greedy texts (exact mode's kernels round differently), and an
+n-gram drafter finds more or less of each text: per prompt that moves speculative tokens/s by
+tens of percent either way. So with greedy decoding the bench also times the *same passes* in
+both modes: each mode replays the target passes of both modes' first speculative run (the same
+tokens, the same rows per pass and the same roll-backs: Engine.replay_greedy), which measures
+what one mode's kernels cost against the other's with the texts held equal.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
 from localspec.bench.report import Report, summarize
-from localspec.bench.runner import PromptRun, engine_header, run_comparison
+from localspec.bench.runner import PromptRun, constrained, engine_header, run_comparison
 from localspec.engine import Engine
 from localspec.loading import LoadOptions
 from localspec.prompts import Prompt
-from localspec.types import GenerationParams
+from localspec.types import GenerationParams, GenerationResult
 
-__all__ = ["MODE_PAIRS", "ModeComparison", "compare_modes", "mode_options", "run_modes"]
+__all__ = ["MODE_PAIRS", "ModeComparison", "compare_modes", "mode_options", "run_modes",
+           "same_pass_ratios"]
 
 # The modes a run can compare, base first: the comparison reads second / first.
 MODE_PAIRS = (("default", "exact"), ("local", "rpc"))
@@ -53,8 +62,26 @@ class ModeRuns:
     heads: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class _Replay:
+    """A message to a mode's process: time the target passes of `schedule`."""
+
+    prompt_tokens: list[int]
+    schedule: GenerationResult
+    params: GenerationParams
+
+
+def _replay_seconds(engine: Engine, replay: _Replay) -> float | None:
+    """Seconds of the schedule's prefill and target passes in this engine; None when one of its
+    tokens is not this engine's argmax (a near-tie: then the rest would not be the same passes)."""
+    start = time.perf_counter()
+    mismatch = engine.replay_greedy(replay.prompt_tokens, replay.schedule, replay.params)
+    seconds = time.perf_counter() - start
+    return seconds if mismatch < 0 else None
+
+
 def _serve(conn: Connection, options: LoadOptions) -> None:
-    """The child: load, then run one (prompt, repeat) per message until None."""
+    """The child: load, then run one (prompt, repeat) or one replay per message until None."""
     try:
         engine = Engine(options)
     except Exception as error:  # noqa: BLE001 - handed to the parent, which raises it
@@ -64,6 +91,9 @@ def _serve(conn: Connection, options: LoadOptions) -> None:
         conn.send(engine.info.notice)
         first: PromptRun | None = None
         while (message := conn.recv()) is not None:
+            if isinstance(message, _Replay):
+                conn.send(_replay_seconds(engine, message))
+                continue
             prompt, params, repeat = message
             try:
                 run = run_comparison(engine, [prompt], params, first_repeat=repeat,
@@ -93,6 +123,10 @@ class _Worker:
 
     def run(self, prompt: Prompt, params: GenerationParams, repeat: int) -> PromptRun:
         self._conn.send((prompt, params, repeat))
+        return self._receive()  # type: ignore[no-any-return]
+
+    def replay(self, replay: _Replay) -> float | None:
+        self._conn.send(replay)
         return self._receive()  # type: ignore[no-any-return]
 
     def finish(self) -> dict[str, Any]:
@@ -139,12 +173,52 @@ def run_modes(modes: dict[str, LoadOptions], prompts: Sequence[Prompt], params: 
                     done += 1
                     if progress:
                         progress(done, total)
+            if params.temperature == 0:
+                _time_same_passes(workers, merged, prompt, params)  # type: ignore[arg-type]
             for mode in names:
                 runs[mode].append(merged[mode])  # type: ignore[arg-type]
         return [ModeRuns(mode, runs[mode], workers[mode].finish()) for mode in names]
     finally:
         for worker in workers.values():
             worker.kill()
+
+
+def _time_same_passes(workers: dict[str, _Worker], merged: dict[str, PromptRun],
+                      prompt: Prompt, params: GenerationParams) -> None:
+    """Sets each mode's same_pass_seconds: its replays of every mode's first speculative run
+    (the modes' order alternating), or None for all when a replay met a near-tie."""
+    names = list(workers)
+    seconds = dict.fromkeys(names, 0.0)
+    for i, source in enumerate(names):
+        run = merged[source]
+        if run.schedule is None:
+            return
+        replay = _Replay(run.prompt_tokens, run.schedule, constrained(params, prompt))
+        for mode in names if i % 2 == 0 else reversed(names):
+            t = workers[mode].replay(replay)
+            if t is None:
+                return
+            seconds[mode] += t
+    for mode in names:
+        merged[mode].same_pass_seconds = seconds[mode]
+
+
+def same_pass_ratios(first: Sequence[PromptRun],
+                     second: Sequence[PromptRun]) -> tuple[dict[str, float], int]:
+    """Second mode's speed over the first's on the same passes, per category and "all": the
+    first mode's total replay seconds over the second's. Also how many prompts had no replay
+    timing (a near-tie, or not greedy)."""
+    totals: dict[str, list[float]] = {}
+    skipped = 0
+    for a, b in zip(first, second, strict=True):
+        if a.same_pass_seconds is None or b.same_pass_seconds is None:
+            skipped += 1
+            continue
+        for label in (a.prompt.category, "all"):
+            pair = totals.setdefault(label, [0.0, 0.0])
+            pair[0] += a.same_pass_seconds
+            pair[1] += b.same_pass_seconds
+    return {label: t1 / t2 for label, (t1, t2) in totals.items() if t2 > 0}, skipped
 
 
 @dataclass
@@ -156,13 +230,23 @@ class ModeComparison:
 
     speculative: Report
     plain: Report
+    # second / first speed on the same passes (same_pass_ratios), and prompts left out
+    same_passes: dict[str, float]
+    same_passes_skipped: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {arm: {"overall": report.overall.speedup,
-                      "spread": report.overall.speedup_spread,
-                      "categories": {row.label: row.speedup for row in report.categories},
-                      "worst_category": report.worst.category if report.worst else None}
-                for arm, report in (("speculative", self.speculative), ("plain", self.plain))}
+        out: dict[str, Any] = {
+            arm: {"overall": report.overall.speedup,
+                  "spread": report.overall.speedup_spread,
+                  "categories": {row.label: row.speedup for row in report.categories},
+                  "worst_category": report.worst.category if report.worst else None}
+            for arm, report in (("speculative", self.speculative), ("plain", self.plain))}
+        if self.same_passes:
+            out["same_passes"] = {
+                "overall": self.same_passes["all"],
+                "categories": {k: v for k, v in self.same_passes.items() if k != "all"},
+                "skipped": self.same_passes_skipped}
+        return out
 
 
 def compare_modes(first: Sequence[PromptRun], second: Sequence[PromptRun]) -> ModeComparison:
@@ -176,4 +260,4 @@ def compare_modes(first: Sequence[PromptRun], second: Sequence[PromptRun]) -> Mo
             for a, b in zip(first, second, strict=True)
         ])
 
-    return ModeComparison(paired("speculative"), paired("plain"))
+    return ModeComparison(paired("speculative"), paired("plain"), *same_pass_ratios(first, second))

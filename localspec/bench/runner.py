@@ -24,7 +24,7 @@ from localspec.invariance import MAX_ROWS, differing_row_counts
 from localspec.lossless import Divergence, compare_greedy
 from localspec.prompts import Prompt
 from localspec.schema_check import schema_violation
-from localspec.types import GenerationParams, GenerationStats
+from localspec.types import GenerationParams, GenerationResult, GenerationStats
 
 
 @dataclass
@@ -44,6 +44,12 @@ class PromptRun:
     # With a JSON Schema: what was wrong with the first output that broke it (None: every
     # output of every arm was valid JSON that the schema accepts).
     invalid: str | None = None
+    # The first repeat's speculative result: its tokens and target passes, which
+    # `--modes` replays in both modes (bench/modes.py, "same passes").
+    schedule: GenerationResult | None = None
+    # `--modes`, greedy: this mode's seconds for the target passes of both modes' schedules;
+    # None where a replay met a near-tie, or outside `--modes`.
+    same_pass_seconds: float | None = None
 
     @property
     def valid(self) -> str:
@@ -108,6 +114,7 @@ def run_comparison(
             plain_tokens, spec = outputs["plain"].tokens, outputs["speculative"]
             if r == first_repeat:
                 run.plain_tokens = list(plain_tokens)
+                run.schedule = spec
             if params.temperature == 0 and plain_tokens != spec.tokens:
                 run.identical = False
                 divergence = compare_greedy(engine, run.prompt_tokens, plain_tokens, spec,

@@ -91,14 +91,24 @@ def run_both(args: argparse.Namespace, prompts: list[Prompt], params: Generation
 def print_comparison(names: list[str], comparison: ModeComparison, console: Console) -> None:
     table = Table(title=f"{names[1]} mode / {names[0]} mode, tokens/s (repeats paired across "
                   "the modes)", title_justify="left")
-    for column in ("", "speculative", "spread", "plain", "spread"):
+    same = comparison.same_passes
+    columns = ("", "speculative", "spread", "plain", "spread", *(("same passes",) if same else ()))
+    for column in columns:
         table.add_column(column, justify="right" if column else "left")
     spec, plain = comparison.speculative, comparison.plain
     for s, p in zip(spec.categories + [spec.overall], plain.categories + [plain.overall],
                     strict=True):
-        table.add_row(s.label, f"{s.speedup:.3f}x", f"±{s.speedup_spread:.1%}",
-                      f"{p.speedup:.3f}x", f"±{p.speedup_spread:.1%}")
+        cells = [s.label, f"{s.speedup:.3f}x", f"±{s.speedup_spread:.1%}",
+                 f"{p.speedup:.3f}x", f"±{p.speedup_spread:.1%}"]
+        if same:
+            cells.append(f"{same[s.label]:.3f}x" if s.label in same else "-")
+        table.add_row(*cells)
     console.print(table)
     if spec.worst is not None:
         console.print(f"worst category (speculative): {spec.worst.category} "
                       f"{spec.worst.category_speedup:.3f}x")
+    if same:
+        skipped = comparison.same_passes_skipped
+        console.print("same passes: each mode replayed both modes' first speculative run (same "
+                      "tokens, same rows per pass), speed " + f"{names[1]} / {names[0]}"
+                      + (f"; {skipped} prompt(s) left out at a near-tie" if skipped else ""))
