@@ -147,7 +147,8 @@ public:
     // Replays a greedy generation with the same target batch shapes (pass_rows) from a clean
     // cache and returns the index of the first token that is not the target's argmax there
     // (shaped by the request's penalties and grammar, as the step shapes it), or -1. A bug-free
-    // engine always gets -1: same shapes, same numerics, same argmax.
+    // engine always gets -1: same shapes, same numerics, same argmax. It runs every pass, past
+    // a mismatch, so that it also times the same passes in another engine (bench --modes).
     int replay_greedy(const std::vector<Token>& prompt, const std::vector<Token>& tokens,
                       const std::vector<int>& pass_rows, const std::vector<int>& pass_emitted,
                       const GenerateRequest& shaping);

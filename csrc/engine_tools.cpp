@@ -146,6 +146,7 @@ int SpecEngine::replay_greedy(const std::vector<Token>& prompt, const std::vecto
     std::vector<Token> history = prompt;
     target_.decode(std::vector<Token>(history.begin(), history.end() - 1), 0, slot);
     size_t next = 0;  // index of the next emitted token to check
+    int first_mismatch = -1;  // the replay goes on past it: same passes to the end (bench timing)
     for (size_t pass = 0; pass < pass_rows.size() && next < tokens.size(); ++pass) {
         // [last, the tokens this pass emitted, filler up to the pass's rows]: rows after the
         // checked ones cannot influence them (causal attention), they only give the same shape.
@@ -161,13 +162,15 @@ int SpecEngine::replay_greedy(const std::vector<Token>& prompt, const std::vecto
         const std::vector<Token> drafted(batch.begin() + 1, batch.end());
         TargetRows shaped(target_, 0, history, drafted, shaping.sampling, grammar.get());  // as the step shapes them
         for (int i = 0; i < n && next < tokens.size(); ++i, ++next) {
-            if (shaped.argmax(static_cast<size_t>(i)) != tokens[next]) return static_cast<int>(next);
+            if (first_mismatch < 0 && shaped.argmax(static_cast<size_t>(i)) != tokens[next]) {
+                first_mismatch = static_cast<int>(next);
+            }
             history.push_back(tokens[next]);
         }
         if (n > 0) shaped.emit(history.back());
         target_.truncate(kept + static_cast<size_t>(n), slot);
     }
-    return -1;
+    return first_mismatch;
 }
 
 }  // namespace localspec

@@ -123,7 +123,8 @@ def test_same_pass_ratios_are_total_seconds_over_total_seconds() -> None:
         return PromptRun(Prompt(pid, category, "x"), same_pass_seconds=seconds)
 
     first = [run("a", "code", 2.0), run("b", "code", 1.0), run("c", "qa", 4.0), run("d", "qa", 1.0)]
-    second = [run("a", "code", 1.0), run("b", "code", 2.0), run("c", "qa", 5.0), run("d", "qa", None)]
+    second = [run("a", "code", 1.0), run("b", "code", 2.0), run("c", "qa", 5.0),
+              run("d", "qa", None)]
     ratios, skipped = same_pass_ratios(first, second)
     assert ratios == pytest.approx({"code": 3.0 / 3.0, "qa": 4.0 / 5.0, "all": 7.0 / 8.0})
     assert skipped == 1

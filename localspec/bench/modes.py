@@ -14,7 +14,7 @@ Two modes may write different greedy texts (exact mode's kernels round different
 n-gram drafter finds more or less of each text: per prompt that moves speculative tokens/s by
 tens of percent either way. So with greedy decoding the bench also times the *same passes* in
 both modes: each mode replays the target passes of both modes' first speculative run (the same
-tokens, the same rows per pass and the same roll-backs: Engine.replay_greedy), which measures
+tokens, rows per pass and roll-backs: Engine.replay_greedy, prefill left out), which measures
 what one mode's kernels cost against the other's with the texts held equal.
 """
 
@@ -71,13 +71,16 @@ class _Replay:
     params: GenerationParams
 
 
-def _replay_seconds(engine: Engine, replay: _Replay) -> float | None:
-    """Seconds of the schedule's prefill and target passes in this engine; None when one of its
-    tokens is not this engine's argmax (a near-tie: then the rest would not be the same passes)."""
-    start = time.perf_counter()
-    mismatch = engine.replay_greedy(replay.prompt_tokens, replay.schedule, replay.params)
-    seconds = time.perf_counter() - start
-    return seconds if mismatch < 0 else None
+def _replay_seconds(engine: Engine, replay: _Replay) -> float:
+    """Seconds of the schedule's target passes in this engine, its prefill left out (as the
+    bench's tokens/s leave it out): a replay of the whole schedule less one of its prefill."""
+    def timed(schedule: GenerationResult) -> float:
+        start = time.perf_counter()
+        engine.replay_greedy(replay.prompt_tokens, schedule, replay.params)
+        return time.perf_counter() - start
+
+    prefill = timed(replace(replay.schedule, pass_rows=[], pass_emitted=[]))
+    return timed(replay.schedule) - prefill
 
 
 def _serve(conn: Connection, options: LoadOptions) -> None:
@@ -125,7 +128,7 @@ class _Worker:
         self._conn.send((prompt, params, repeat))
         return self._receive()  # type: ignore[no-any-return]
 
-    def replay(self, replay: _Replay) -> float | None:
+    def replay(self, replay: _Replay) -> float:
         self._conn.send(replay)
         return self._receive()  # type: ignore[no-any-return]
 
@@ -186,7 +189,8 @@ def run_modes(modes: dict[str, LoadOptions], prompts: Sequence[Prompt], params: 
 def _time_same_passes(workers: dict[str, _Worker], merged: dict[str, PromptRun],
                       prompt: Prompt, params: GenerationParams) -> None:
     """Sets each mode's same_pass_seconds: its replays of every mode's first speculative run
-    (the modes' order alternating), or None for all when a replay met a near-tie."""
+    (the modes' order alternating). A replay runs every pass even where the other mode's text
+    is not this mode's argmax, so the passes stay the same."""
     names = list(workers)
     seconds = dict.fromkeys(names, 0.0)
     for i, source in enumerate(names):
@@ -195,10 +199,7 @@ def _time_same_passes(workers: dict[str, _Worker], merged: dict[str, PromptRun],
             return
         replay = _Replay(run.prompt_tokens, run.schedule, constrained(params, prompt))
         for mode in names if i % 2 == 0 else reversed(names):
-            t = workers[mode].replay(replay)
-            if t is None:
-                return
-            seconds[mode] += t
+            seconds[mode] += workers[mode].replay(replay)
     for mode in names:
         merged[mode].same_pass_seconds = seconds[mode]
 
@@ -207,7 +208,7 @@ def same_pass_ratios(first: Sequence[PromptRun],
                      second: Sequence[PromptRun]) -> tuple[dict[str, float], int]:
     """Second mode's speed over the first's on the same passes, per category and "all": the
     first mode's total replay seconds over the second's. Also how many prompts had no replay
-    timing (a near-tie, or not greedy)."""
+    timing (not greedy)."""
     totals: dict[str, list[float]] = {}
     skipped = 0
     for a, b in zip(first, second, strict=True):

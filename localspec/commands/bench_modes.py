@@ -110,5 +110,6 @@ def print_comparison(names: list[str], comparison: ModeComparison, console: Cons
     if same:
         skipped = comparison.same_passes_skipped
         console.print("same passes: each mode replayed both modes' first speculative run (same "
-                      "tokens, same rows per pass), speed " + f"{names[1]} / {names[0]}"
-                      + (f"; {skipped} prompt(s) left out at a near-tie" if skipped else ""))
+                      "tokens, same rows per pass, prefill left out), speed "
+                      + f"{names[1]} / {names[0]}"
+                      + (f"; {skipped} prompt(s) without a replay" if skipped else ""))
