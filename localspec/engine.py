@@ -242,12 +242,14 @@ class Engine:
     def status(self) -> str:
         """"ok"; with RPC workers also "worker_lost" (``failure`` says why; the next request
         loads the model again) or "reloading"."""
+        self._check_workers()
         with self._lock:
             return "worker_lost" if self._broken else "reloading" if self._reloading else "ok"
 
     @property
     def failure(self) -> str | None:
         """Why the engine cannot serve now (a lost RPC worker), or None."""
+        self._check_workers()
         with self._lock:
             return None if self._broken is None else str(self._broken)
 
@@ -336,16 +338,22 @@ class Engine:
         abort: csrc/rpc.h); one that closed its connection between passes leaves the contexts
         unusable. Either way: fail what waits, leave that thread, and load again at the next
         request (Engine._check_open)."""
-        endpoints = list(self.options.rpc)
         while not self._stopped.wait(0.25):
-            with self._lock:
-                watching, ready = self._watching, not self._reloading
-            if not watching:
-                continue
-            stuck = _core.rpc_failure(endpoints)
-            lost = stuck or (_core.rpc_lost(endpoints) if ready else "")
-            if lost:
-                self._abandon(RemoteWorkerError(sentence(lost)), stuck=bool(stuck))
+            self._check_workers()
+
+    def _check_workers(self) -> None:
+        """The watcher's check, also made by `status` and `failure`, so that they never say
+        "ok" in the quarter second between a lost worker failing a request and the watcher's
+        next look."""
+        endpoints = list(self.options.rpc)
+        with self._lock:
+            watching, ready = self._watching, not self._reloading
+        if not endpoints or not watching:
+            return
+        stuck = _core.rpc_failure(endpoints)
+        lost = stuck or (_core.rpc_lost(endpoints) if ready else "")
+        if lost:
+            self._abandon(RemoteWorkerError(sentence(lost)), stuck=bool(stuck))
 
     def _abandon(self, error: RemoteWorkerError, stuck: bool) -> None:
         with self._lock:
