@@ -347,16 +347,21 @@ class Engine:
         next look."""
         endpoints = list(self.options.rpc)
         with self._lock:
-            watching, ready = self._watching, not self._reloading
+            watching, ready, thread = self._watching, not self._reloading, self._thread
         if not endpoints or not watching:
             return
         stuck = _core.rpc_failure(endpoints)
         lost = stuck or (_core.rpc_lost(endpoints) if ready else "")
         if lost:
-            self._abandon(RemoteWorkerError(sentence(lost)), stuck=bool(stuck))
+            self._abandon(RemoteWorkerError(sentence(lost)), stuck=bool(stuck), thread=thread)
 
-    def _abandon(self, error: RemoteWorkerError, stuck: bool) -> None:
+    def _abandon(self, error: RemoteWorkerError, stuck: bool,
+                 thread: threading.Thread | None) -> None:
+        """Leave the engine thread `thread` that lost a worker: unless another check (watcher or
+        status, racing) already left it and maybe started the next one."""
         with self._lock:
+            if not self._watching or self._thread is not thread:
+                return
             self._broken, self._reloading, self._watching = error, False, False
             requests, self._thread = self._requests, None
             handles = [h for h in self._live if not h._finished.is_set()] if stuck else []
