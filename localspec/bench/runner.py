@@ -48,7 +48,7 @@ class PromptRun:
     # `--modes` replays in both modes (bench/modes.py, "same passes").
     schedule: GenerationResult | None = None
     # `--modes`, greedy: this mode's seconds for the target passes of both modes' schedules;
-    # None where a replay met a near-tie, or outside `--modes`.
+    # None outside `--modes` or when sampling.
     same_pass_seconds: float | None = None
 
     @property
