@@ -163,7 +163,7 @@ public:
         return result_dict(result);
     }
 
-    int replay_greedy(const std::vector<Token>& prompt, const std::vector<Token>& tokens,
+    ReplayOutcome replay_greedy(const std::vector<Token>& prompt, const std::vector<Token>& tokens,
                       const std::vector<int>& rows, const std::vector<int>& emitted, const GenerateRequest& shaping) {
         py::gil_scoped_release release;
         return engine().replay_greedy(prompt, tokens, rows, emitted, shaping);
@@ -339,6 +339,10 @@ PYBIND11_MODULE(_core, m) {
         .def_readonly("rows", &StepReport::rows)
         .def_readonly("emitted", &StepReport::emitted)
         .def_readonly("prefilled", &StepReport::prefilled);
+
+    py::class_<ReplayOutcome>(m, "ReplayOutcome")
+        .def_readonly("first_mismatch", &ReplayOutcome::first_mismatch)
+        .def_readonly("passes", &ReplayOutcome::passes);
 
     py::class_<GenerateRequest>(m, "GenerateRequest")
         .def(py::init<>())

@@ -89,6 +89,14 @@ struct StepReport {
     int prefilled = 0;          // prompt tokens prefilled before it
 };
 
+// What SpecEngine::replay_greedy found: the first emitted token that is not the target's
+// argmax in the replay (-1: none), and how many of the schedule's passes it ran (all of them
+// unless the tokens ran out first: it goes on past a mismatch).
+struct ReplayOutcome {
+    int first_mismatch = -1;
+    int passes = 0;
+};
+
 struct GenerateResult {
     std::string text;
     std::vector<Token> tokens;
@@ -145,11 +153,11 @@ public:
     std::vector<double> pass_seconds(const std::vector<Token>& context, int max_rows, int repeats);
 
     // Replays a greedy generation with the same target batch shapes (pass_rows) from a clean
-    // cache and returns the index of the first token that is not the target's argmax there
-    // (shaped by the request's penalties and grammar, as the step shapes it), or -1. A bug-free
-    // engine always gets -1: same shapes, same numerics, same argmax. It runs every pass, past
-    // a mismatch, so that it also times the same passes in another engine (bench --modes).
-    int replay_greedy(const std::vector<Token>& prompt, const std::vector<Token>& tokens,
+    // cache and finds the first token that is not the target's argmax there (shaped by the
+    // request's penalties and grammar, as the step shapes it). A bug-free engine finds none:
+    // same shapes, same numerics, same argmax. It runs every pass, past a mismatch, so that it
+    // also times the same passes in another engine (bench --modes).
+    ReplayOutcome replay_greedy(const std::vector<Token>& prompt, const std::vector<Token>& tokens,
                       const std::vector<int>& pass_rows, const std::vector<int>& pass_emitted,
                       const GenerateRequest& shaping);
 

@@ -133,7 +133,7 @@ std::vector<double> SpecEngine::pass_seconds_on(int slot, const std::vector<Toke
     return medians;
 }
 
-int SpecEngine::replay_greedy(const std::vector<Token>& prompt, const std::vector<Token>& tokens,
+ReplayOutcome SpecEngine::replay_greedy(const std::vector<Token>& prompt, const std::vector<Token>& tokens,
                               const std::vector<int>& pass_rows, const std::vector<int>& pass_emitted,
                               const GenerateRequest& shaping) {
     std::unique_ptr<Grammar> grammar;
@@ -146,7 +146,7 @@ int SpecEngine::replay_greedy(const std::vector<Token>& prompt, const std::vecto
     std::vector<Token> history = prompt;
     target_.decode(std::vector<Token>(history.begin(), history.end() - 1), 0, slot);
     size_t next = 0;  // index of the next emitted token to check
-    int first_mismatch = -1;  // the replay goes on past it: same passes to the end (bench timing)
+    ReplayOutcome outcome;  // goes on past a mismatch: the same passes to the end (bench timing)
     for (size_t pass = 0; pass < pass_rows.size() && next < tokens.size(); ++pass) {
         // [last, the tokens this pass emitted, filler up to the pass's rows]: rows after the
         // checked ones cannot influence them (causal attention), they only give the same shape.
@@ -158,19 +158,20 @@ int SpecEngine::replay_greedy(const std::vector<Token>& prompt, const std::vecto
         }
         const size_t kept = history.size() - 1;
         target_.decode(batch, rows, slot);
+        ++outcome.passes;
         const int n = std::min(pass_emitted[pass], rows);
         const std::vector<Token> drafted(batch.begin() + 1, batch.end());
         TargetRows shaped(target_, 0, history, drafted, shaping.sampling, grammar.get());  // as the step shapes them
         for (int i = 0; i < n && next < tokens.size(); ++i, ++next) {
-            if (first_mismatch < 0 && shaped.argmax(static_cast<size_t>(i)) != tokens[next]) {
-                first_mismatch = static_cast<int>(next);
+            if (outcome.first_mismatch < 0 && shaped.argmax(static_cast<size_t>(i)) != tokens[next]) {
+                outcome.first_mismatch = static_cast<int>(next);
             }
             history.push_back(tokens[next]);
         }
         if (n > 0) shaped.emit(history.back());
         target_.truncate(kept + static_cast<size_t>(n), slot);
     }
-    return first_mismatch;
+    return outcome;
 }
 
 }  // namespace localspec

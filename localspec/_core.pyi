@@ -38,6 +38,10 @@ class StepReport:
     emitted: int
     prefilled: int
 
+class ReplayOutcome:
+    first_mismatch: int
+    passes: int
+
 class SamplingParams:
     temperature: float
     top_k: int
@@ -162,7 +166,7 @@ class Core:
         rows: list[int],
         emitted: list[int],
         shaping: GenerateRequest,
-    ) -> int: ...
+    ) -> ReplayOutcome: ...
     def controller_memory(self) -> ControllerMemory: ...
     def restore_controller_memory(self, memory: ControllerMemory) -> None: ...
     def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]: ...

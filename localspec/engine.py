@@ -183,10 +183,11 @@ class Engine:
         return self._call(self._core.last_logits_head)
 
     def replay_greedy(self, prompt: Sequence[int], result: GenerationResult,
-                      params: GenerationParams | None = None) -> int:
+                      params: GenerationParams | None = None) -> _core.ReplayOutcome:
         """Recompute a greedy `result` with the target alone, in the same batch shapes, from a
-        clean cache: the index of the first token that is not the target's argmax (shaped by
-        ``params``' penalties and grammar, as generation shaped it), or -1."""
+        clean cache: ``first_mismatch``, the index of the first token that is not the target's
+        argmax (shaped by ``params``' penalties and grammar, as generation shaped it) or -1, and
+        ``passes``, the passes it ran (every pass of `result`: it goes on past a mismatch)."""
         shaping = params_to_core(params or GenerationParams(), list(prompt))
         return self._call(
             lambda: self._core.replay_greedy(
@@ -346,9 +347,11 @@ class Engine:
         "ok" in the quarter second between a lost worker failing a request and the watcher's
         next look."""
         endpoints = list(self.options.rpc)
+        if not endpoints:
+            return
         with self._lock:
             watching, ready, thread = self._watching, not self._reloading, self._thread
-        if not endpoints or not watching:
+        if not watching:
             return
         stuck = _core.rpc_failure(endpoints)
         lost = stuck or (_core.rpc_lost(endpoints) if ready else "")

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
 from localspec.types import GenerationParams, GenerationResult
+
+if TYPE_CHECKING:
+    from localspec._core import ReplayOutcome
 
 TIE_TOLERANCE = 1e-4
 Verdict = Literal["yes", "tie", "NO"]
@@ -28,7 +31,7 @@ class Target(Protocol):
     def next_token_logits(self, tokens: Sequence[int], batch_rows: int = 1) -> np.ndarray: ...
 
     def replay_greedy(self, prompt: Sequence[int], result: GenerationResult,
-                      params: GenerationParams | None = None) -> int: ...
+                      params: GenerationParams | None = None) -> ReplayOutcome: ...
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,6 @@ def compare_greedy(
     a, b = plain[j], actual[j]
     single = target.next_token_logits(list(prompt) + list(plain[:j]))
     margin = float(single[a] - single[b])
-    mismatch = target.replay_greedy(prompt, result, params)
+    mismatch = target.replay_greedy(prompt, result, params).first_mismatch
     tie = not exact and (abs(margin) <= TIE_TOLERANCE or mismatch == -1)
     return Divergence(j, a, b, margin, mismatch, "tie" if tie else "NO")
