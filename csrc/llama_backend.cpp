@@ -487,6 +487,9 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
     // Rows of several sequences in one graph (split_simple) need one cache for all of them;
     // exact mode gives each sequence a stream of its own (shares_passes()).
     params.kv_unified = !options.exact || n_seq == 1;
+    // A GPU build computes a CPU-held layer's large batches (a prompt) on the GPU: exact mode
+    // keeps every row on the CPU's reference kernels, or a prompt's rows get other bits there.
+    params.op_offload = !options.exact;
     shares_passes_ = n_seq > 1 && params.kv_unified;
     params.n_threads = threads;
     params.n_threads_batch = threads;

@@ -51,6 +51,15 @@ def ggml_devices() -> list[dict[str, Any]]:
     return list(_core.list_devices())
 
 
+def offload_device(devices: list[dict[str, Any]]) -> str | None:
+    """Pure: the name of the first device of ``devices`` that holds model layers (a GPU or an
+    iGPU: CUDA, Metal, ...), or None on a CPU-only build."""
+    for dev in devices:
+        if dev.get("kind") in _OFFLOAD_KINDS:
+            return str(dev.get("description") or dev.get("name") or "a GPU")
+    return None
+
+
 def choose_device(devices: list[dict[str, Any]], budget_bytes: int | None = None) -> Device:
     """Pure: the first GPU/iGPU of ``devices`` with its free memory, else the CPU with the
     available RAM; ``budget_bytes`` replaces the free memory of whichever is chosen."""

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from localspec import _core
+from localspec.devices import ggml_devices, offload_device
 from localspec.drafter_spec import AUTO, MTP, NGRAM, NO_DRAFTER, DrafterSpec
 from localspec.errors import InvalidParameterError, ModelLoadError
 from localspec.gguf_reader import read_gguf
@@ -184,8 +185,22 @@ def resolve_auto(options: LoadOptions) -> LoadOptions:
                                                    exact=options.exact))
 
 
+def check_exact_backend(options: LoadOptions, devices: list[dict[str, Any]]) -> None:
+    """Exact mode's promise holds on the CPU backend only: on CUDA every weight type's passes
+    of 2 or more rows give other logits bits than single-token passes, in exact mode too
+    (docs/gpu.md), so speculative output can leave plain output there."""
+    gpu = offload_device(devices) if options.exact and options.n_gpu_layers != 0 else None
+    if gpu is not None:
+        raise InvalidParameterError(
+            f"exact mode is bit-identical on the CPU backend only, and this build would run the "
+            f"target's layers on {gpu}; add --n-gpu-layers 0 to keep them on the CPU, or leave "
+            "out --exact."
+        )
+
+
 def _check_options(options: LoadOptions) -> None:
     options.validate()
+    check_exact_backend(options, ggml_devices())
     check_model_path(options.target, "target")
     draft = options.draft.path
     if draft is not None:

@@ -297,3 +297,20 @@ def test_a_request_can_require_exact_mode(exact_pair: dict[str, Engine],
     with Engine.load(tiny_model_path, draft="ngram", n_threads=1) as default_mode:
         with pytest.raises(InvalidParameterError, match="loaded in default mode"):
             default_mode.generate("the quick", greedy, exact=True)
+
+
+def test_exact_mode_refuses_to_run_the_target_on_a_gpu() -> None:
+    """On CUDA, passes of 2 or more rows differ from single-token passes in exact mode too
+    (docs/gpu.md): exact mode asks for the CPU backend instead of breaking its promise."""
+    from dataclasses import replace
+
+    from localspec.loading import LoadOptions, check_exact_backend
+
+    cpu = {"name": "CPU", "description": "a CPU", "kind": "cpu"}
+    gpu = {"name": "CUDA0", "description": "NVIDIA H200", "kind": "gpu"}
+    options = LoadOptions(target="t.gguf", exact=True)
+    with pytest.raises(InvalidParameterError, match=r"NVIDIA H200; add --n-gpu-layers 0"):
+        check_exact_backend(options, [gpu, cpu])
+    check_exact_backend(replace(options, n_gpu_layers=0), [gpu, cpu])  # layers on the CPU
+    check_exact_backend(options, [cpu])  # a CPU-only build
+    check_exact_backend(replace(options, exact=False), [gpu, cpu])
