@@ -128,3 +128,36 @@ def test_same_pass_ratios_are_total_seconds_over_total_seconds() -> None:
     ratios, skipped = same_pass_ratios(first, second)
     assert ratios == pytest.approx({"code": 3.0 / 3.0, "qa": 4.0 / 5.0, "all": 7.0 / 8.0})
     assert skipped == 1
+
+
+def test_same_passes_take_the_median_of_one_replay_per_repeat() -> None:
+    """Each mode replays each mode's schedule once per repeat, the modes' order alternating, and
+    the median counts: one slow replay (a preempted pass) does not move the prompt's figure."""
+    from localspec.bench import modes
+    from localspec.types import GenerationParams, GenerationResult
+
+    calls: list[tuple[str, int]] = []
+
+    class Worker:
+        def __init__(self, name: str, seconds: dict[int, list[float]]) -> None:
+            self.name, self.seconds = name, seconds
+
+        def replay(self, replay: modes._Replay) -> float:
+            source = replay.prompt_tokens[0]
+            calls.append((self.name, source))
+            return self.seconds[source].pop(0)
+
+    def run(source: int) -> PromptRun:
+        schedule = GenerationResult("", [], [], "length", None, [1], [1])  # type: ignore[arg-type]
+        return PromptRun(Prompt("p", "code", "x"), prompt_tokens=[source], schedule=schedule)
+
+    workers = {"default": Worker("default", {0: [1.0, 9.0, 1.2], 1: [2.0, 2.2, 2.1]}),
+               "exact": Worker("exact", {0: [1.1, 1.0, 1.3], 1: [2.5, 2.4, 8.0]})}
+    merged = {"default": run(0), "exact": run(1)}
+    modes._time_same_passes(workers, merged, Prompt("p", "code", "x"),  # type: ignore[arg-type]
+                            GenerationParams(), rounds=3)
+    assert merged["default"].same_pass_seconds == pytest.approx(1.2 + 2.1)
+    assert merged["exact"].same_pass_seconds == pytest.approx(1.1 + 2.5)
+    assert len(calls) == 12
+    # Who replays first alternates, by round and by schedule.
+    assert [calls[i][0] for i in (0, 2, 4, 6)] == ["default", "exact", "exact", "default"]

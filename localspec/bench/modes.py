@@ -14,13 +14,15 @@ Two modes may write different greedy texts (exact mode's kernels round different
 n-gram drafter finds more or less of each text: per prompt that moves speculative tokens/s by
 tens of percent either way. So with greedy decoding the bench also times the *same passes* in
 both modes: each mode replays the target passes of both modes' first speculative run (the same
-tokens, rows per pass and roll-backs: Engine.replay_greedy, prefill left out), which measures
-what one mode's kernels cost against the other's with the texts held equal.
+tokens, rows per pass and roll-backs: Engine.replay_greedy, prefill left out; as many replays
+of each as the run has repeats, the median), which measures what one mode's kernels cost
+against the other's with the texts held equal.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -177,7 +179,8 @@ def run_modes(modes: dict[str, LoadOptions], prompts: Sequence[Prompt], params: 
                     if progress:
                         progress(done, total)
             if params.temperature == 0:
-                _time_same_passes(workers, merged, prompt, params)  # type: ignore[arg-type]
+                _time_same_passes(workers, merged, prompt, params,  # type: ignore[arg-type]
+                                  rounds=repeat)
             for mode in names:
                 runs[mode].append(merged[mode])  # type: ignore[arg-type]
         return [ModeRuns(mode, runs[mode], workers[mode].finish()) for mode in names]
@@ -187,21 +190,26 @@ def run_modes(modes: dict[str, LoadOptions], prompts: Sequence[Prompt], params: 
 
 
 def _time_same_passes(workers: dict[str, _Worker], merged: dict[str, PromptRun],
-                      prompt: Prompt, params: GenerationParams) -> None:
-    """Sets each mode's same_pass_seconds: its replays of every mode's first speculative run
-    (the modes' order alternating). A replay runs every pass even where the other mode's text
-    is not this mode's argmax, so the passes stay the same."""
+                      prompt: Prompt, params: GenerationParams, rounds: int) -> None:
+    """Sets each mode's same_pass_seconds: the sum, over every mode's first speculative run,
+    of the median of `rounds` replays of it in this mode (the modes' order alternating, so
+    that drift on this machine falls on both alike). A replay runs every pass even where the
+    other mode's text is not this mode's argmax, so the passes stay the same."""
     names = list(workers)
-    seconds = dict.fromkeys(names, 0.0)
-    for i, source in enumerate(names):
+    replays = []
+    for source in names:
         run = merged[source]
         if run.schedule is None:
             return
-        replay = _Replay(run.prompt_tokens, run.schedule, constrained(params, prompt))
-        for mode in names if i % 2 == 0 else reversed(names):
-            seconds[mode] += workers[mode].replay(replay)
+        replays.append(_Replay(run.prompt_tokens, run.schedule, constrained(params, prompt)))
+    timings: dict[tuple[str, int], list[float]] = {}
+    for r in range(max(1, rounds)):
+        for i, replay in enumerate(replays):
+            for mode in names if (r + i) % 2 == 0 else reversed(names):
+                timings.setdefault((mode, i), []).append(workers[mode].replay(replay))
     for mode in names:
-        merged[mode].same_pass_seconds = seconds[mode]
+        merged[mode].same_pass_seconds = sum(
+            statistics.median(timings[(mode, i)]) for i in range(len(replays)))
 
 
 def same_pass_ratios(first: Sequence[PromptRun],

@@ -110,6 +110,7 @@ def print_comparison(names: list[str], comparison: ModeComparison, console: Cons
     if same:
         skipped = comparison.same_passes_skipped
         console.print("same passes: each mode replayed both modes' first speculative run (same "
-                      "tokens, same rows per pass, prefill left out), speed "
+                      "tokens, same rows per pass, prefill left out; the median of one replay "
+                      "per repeat), speed "
                       + f"{names[1]} / {names[0]}"
                       + (f"; {skipped} prompt(s) without a replay" if skipped else ""))
