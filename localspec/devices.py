@@ -51,26 +51,23 @@ def ggml_devices() -> list[dict[str, Any]]:
     return list(_core.list_devices())
 
 
-def offload_device(devices: list[dict[str, Any]]) -> str | None:
-    """Pure: the name of the first device of ``devices`` that holds model layers (a GPU or an
-    iGPU: CUDA, Metal, ...), or None on a CPU-only build."""
-    for dev in devices:
-        if dev.get("kind") in _OFFLOAD_KINDS:
-            return str(dev.get("description") or dev.get("name") or "a GPU")
-    return None
+def offload_device(devices: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Pure: the first device of ``devices`` that holds model layers (a GPU or an iGPU: CUDA,
+    Metal, ...), or None on a CPU-only build."""
+    return next((dev for dev in devices if dev.get("kind") in _OFFLOAD_KINDS), None)
 
 
 def choose_device(devices: list[dict[str, Any]], budget_bytes: int | None = None) -> Device:
     """Pure: the first GPU/iGPU of ``devices`` with its free memory, else the CPU with the
     available RAM; ``budget_bytes`` replaces the free memory of whichever is chosen."""
-    for dev in devices:
-        if dev.get("kind") in _OFFLOAD_KINDS:
-            name = str(dev.get("name") or "GPU")
-            description = str(dev.get("description") or "")
-            if description and description != name:
-                name = f"{name} ({description})"
-            free = int(dev.get("free_bytes") or 0) or int(dev.get("total_bytes") or 0)
-            return Device(name, budget_bytes if budget_bytes is not None else free, "gpu")
+    dev = offload_device(devices)
+    if dev is not None:
+        name = str(dev.get("name") or "GPU")
+        description = str(dev.get("description") or "")
+        if description and description != name:
+            name = f"{name} ({description})"
+        free = int(dev.get("free_bytes") or 0) or int(dev.get("total_bytes") or 0)
+        return Device(name, budget_bytes if budget_bytes is not None else free, "gpu")
     free = budget_bytes if budget_bytes is not None else system_memory_available()
     return Device(name="CPU", free_bytes=free, kind="cpu")
 

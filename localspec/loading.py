@@ -191,16 +191,18 @@ def check_exact_backend(options: LoadOptions, devices: list[dict[str, Any]]) -> 
     (docs/gpu.md), so speculative output can leave plain output there."""
     gpu = offload_device(devices) if options.exact and options.n_gpu_layers != 0 else None
     if gpu is not None:
+        name = gpu.get("description") or gpu.get("name") or "a GPU"
         raise InvalidParameterError(
             f"exact mode is bit-identical on the CPU backend only, and this build would run the "
-            f"target's layers on {gpu}; add --n-gpu-layers 0 to keep them on the CPU, or leave "
+            f"target's layers on {name}; add --n-gpu-layers 0 to keep them on the CPU, or leave "
             "out --exact."
         )
 
 
 def _check_options(options: LoadOptions) -> None:
     options.validate()
-    check_exact_backend(options, ggml_devices())
+    if options.exact:  # asks ggml for its devices only when it matters
+        check_exact_backend(options, ggml_devices())
     check_model_path(options.target, "target")
     draft = options.draft.path
     if draft is not None:
