@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Install llama-cpp-python==0.3.36 built with llama.cpp's RPC backend into this Python.
+"""Install llama-cpp-python==0.3.36 built with llama.cpp's RPC backend into this Python, and keep
+llama.cpp's Hugging Face converter from the same release for the tests.
 
 Builds the wheel once (CMAKE_ARGS="-DGGML_RPC=on", 6-15 minutes on 2 cores) into a cache
 directory and installs that file explicitly afterwards. pip's own wheel cache is keyed by the
@@ -10,6 +11,11 @@ loudly (exit 1).
     python scripts/llama_rpc_wheel.py [--cache-dir DIR]
 
 Default cache: $LOCALSPEC_RPC_WHEEL_DIR, else ~/.cache/localspec/wheels/rpc ($XDG_CACHE_HOME).
+
+The converter (`convert_hf_to_gguf.py` with its `conversion` and `gguf-py` packages, ~2 MB) is
+unpacked from the release's sdist into ~/.cache/localspec/llama.cpp/0.3.36
+(`converter_dir()`), where tests/test_convert_head.py compares `localspec convert-head` with
+it byte for byte. The sdist comes from the package index once (pip's cache afterwards).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
@@ -32,8 +39,46 @@ RPC_LIBRARIES = ("libggml-rpc.so", "libggml-rpc.dylib", "ggml-rpc.dll")
 def default_cache() -> Path:
     if os.environ.get("LOCALSPEC_RPC_WHEEL_DIR"):
         return Path(os.environ["LOCALSPEC_RPC_WHEEL_DIR"])
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "localspec" / "wheels" / "rpc"
+    return cache_home() / "wheels" / "rpc"
+
+
+def cache_home() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "localspec"
+
+
+def converter_dir() -> Path:
+    """Where llama.cpp's converter of this release is kept (the convert-head tests read it)."""
+    return cache_home() / "llama.cpp" / VERSION
+
+
+CONVERTER_PARTS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
+
+
+def keep_converter(directory: Path) -> None:
+    if (directory / CONVERTER_PARTS[0]).is_file():
+        return
+    print(f"llama_rpc_wheel: unpacking llama.cpp's converter into {directory} ...",
+          file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        pip("download", "--no-deps", "--no-binary", "llama-cpp-python",
+            f"llama-cpp-python=={VERSION}", "-d", tmp)
+        sdist = next(Path(tmp).glob("llama_cpp_python-*.tar.gz"))
+        prefix = f"llama_cpp_python-{VERSION}/vendor/llama.cpp/"
+        staging = Path(tmp) / "converter"
+        with tarfile.open(sdist) as archive:
+            members = []
+            for member in archive.getmembers():
+                if member.name.startswith(prefix) and member.isfile() and \
+                        member.name[len(prefix):].startswith(CONVERTER_PARTS):
+                    member.name = member.name[len(prefix):]
+                    members.append(member)
+            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            archive.extractall(staging, members=members, **safe)  # type: ignore[arg-type]
+        if not (staging / CONVERTER_PARTS[0]).is_file():
+            sys.exit(f"llama_rpc_wheel: {sdist.name} has no vendor/llama.cpp/{CONVERTER_PARTS[0]}.")
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(directory, ignore_errors=True)
+        shutil.move(staging, directory)
 
 
 def wheel_has_rpc(wheel: Path) -> bool:
@@ -88,6 +133,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache-dir", type=Path, default=default_cache())
     args = parser.parse_args()
+    keep_converter(converter_dir())
     if installed_has_rpc():
         print("llama_rpc_wheel: the installed llama-cpp-python has the RPC backend.",
               file=sys.stderr)

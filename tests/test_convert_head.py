@@ -1,10 +1,10 @@
 """`localspec convert-head`: Hugging Face EAGLE-3 checkpoints (both published layouts, written
 here with numpy + safetensors) -> the eagle3 GGUF the pinned llama.cpp loads.
 
-The byte-for-byte comparison with llama.cpp's own convert_hf_to_gguf.py runs when torch,
-transformers and sentencepiece are importable and LOCALSPEC_LLAMA_CPP_DIR names the
-``vendor/llama.cpp`` directory of the llama-cpp-python 0.3.36 sdist (docs/models.md says how
-to get it); otherwise it is skipped with that reason.
+The byte-for-byte comparison with llama.cpp's own convert_hf_to_gguf.py needs torch (the
+``train`` extra), transformers and sentencepiece (the ``test`` extra) and the converter of the
+pinned release: LOCALSPEC_LLAMA_CPP_DIR, else where scripts/llama_rpc_wheel.py (part of the
+README's test command) unpacks it. Without them it is skipped with that reason.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pytest
 
 from localspec.gguf_reader import read_gguf
 from localspec.head_convert import convert_head, read_safetensors
+from scripts.llama_rpc_wheel import converter_dir
 from tests.helpers import run_localspec as localspec
 from tests.hf_checkpoints import Eagle3Spec, HFTarget, write_eagle3_checkpoint, write_hf_target
 from tests.test_eagle3_heads import libllama_loads
@@ -81,8 +82,8 @@ def test_head_for_another_target(tmp_path: Path, tiny_model_path: Path,
 
 def _reference_script() -> Path | None:
     directory = os.environ.get("LOCALSPEC_LLAMA_CPP_DIR")
-    script = Path(directory) / "convert_hf_to_gguf.py" if directory else None
-    return script if script is not None and script.is_file() else None
+    script = (Path(directory) if directory else converter_dir()) / "convert_hf_to_gguf.py"
+    return script if script.is_file() else None
 
 
 def _skip_reason() -> str | None:
@@ -91,7 +92,8 @@ def _skip_reason() -> str | None:
     if missing:
         return f"llama.cpp's converter needs {', '.join(missing)}"
     if _reference_script() is None:
-        return "set LOCALSPEC_LLAMA_CPP_DIR to the sdist's vendor/llama.cpp (docs/models.md)"
+        return ("llama.cpp's converter is missing: run scripts/llama_rpc_wheel.py, or set "
+                "LOCALSPEC_LLAMA_CPP_DIR to the sdist's vendor/llama.cpp (docs/models.md)")
     return None
 
 
