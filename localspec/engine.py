@@ -254,6 +254,11 @@ class Engine:
         with self._lock:
             return None if self._broken is None else str(self._broken)
 
+    @property
+    def closed(self) -> bool:
+        """Whether close() ran: a closed engine refuses requests."""
+        return self._closed
+
     def close(self) -> None:
         """Finish the running requests, fail queued ones, and free the models."""
         with self._lock:

@@ -148,6 +148,21 @@ def test_cli_registers_chat(tiny_model_path: object) -> None:
     assert args.func is cli.run_chat
 
 
+def test_cli_mode_loader_loads_the_same_models_in_either_mode(tiny_model_path: object) -> None:
+    """/exact's reload, from the chat's own command line: the same target, drafter and context
+    with exact mode as asked."""
+    args = parse(["--target", str(tiny_model_path), "--draft", "ngram", "--ctx", "768"])
+    reload = cli.mode_loader(args, cli.resolve_models(args))
+    for exact in (True, False):
+        engine = reload(exact)
+        try:
+            assert engine.info.exact is exact and engine.info.n_ctx == 768
+            assert engine.info.drafter_spec.kind == "ngram"
+        finally:
+            engine.close()
+    assert args.exact is False  # the chat's own flags are left as they were
+
+
 def test_cli_rejects_bad_values(tiny_model_path: object) -> None:
     args = parse(["--target", str(tiny_model_path), "--draft-max", "lots"])
     with pytest.raises(InvalidParameterError, match="--draft-max"):

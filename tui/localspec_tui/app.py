@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from textual.app import App
 
@@ -12,8 +13,8 @@ from localspec.model_kind import ModelKind
 from localspec.types import EngineInfo
 
 from .metrics import EngineClock, StepClock
+from .mode_switch import ModeSwitch
 from .model_info import memory_summary, pair_label, welcome_lines
-from .restart import ModeSwitch
 from .screens.chat import ChatScreen
 from .screens.error import ErrorScreen
 from .screens.loading import LoadingScreen
@@ -21,16 +22,17 @@ from .settings import ChatSettings
 from .widgets.status import ModelLine
 
 EngineLoader = Callable[[], Engine]
+ModeLoader = Callable[[bool], Engine]  # loads the models again, exact mode on or off
 
 
-class ChatApp(App[ModeSwitch | None]):
+class ChatApp(App[None]):
     """``ChatApp(engine=...)`` for a loaded engine, or ``ChatApp(loader=...)`` to load here.
 
     With a loader, loading runs on a worker thread behind a loading screen; a failure shows
     the error screen with the error's sentence (no traceback), and the app owns (and closes)
     the engine it loaded. ``clock`` times the steps for tokens/s (default: the engine's own).
-    ``restored``: the conversation of the chat that restarted into this one (``/exact``); the
-    app's result is a ModeSwitch when the user asks for the other mode.
+    ``reload``: loads the models in exact mode or not, for ``/exact`` (mode_switch.py); without
+    it ``/exact`` says the chat cannot switch.
     """
 
     CSS_PATH = "chat.tcss"
@@ -51,7 +53,7 @@ class ChatApp(App[ModeSwitch | None]):
         loading_label: str = "the models",
         kind: ModelKind | None = None,
         notes: Callable[[EngineInfo], list[str]] | None = None,
-        restored: ModeSwitch | None = None,
+        reload: ModeLoader | None = None,
     ) -> None:
         super().__init__()
         if (engine is None) == (loader is None):
@@ -67,7 +69,7 @@ class ChatApp(App[ModeSwitch | None]):
         self.loading_label = loading_label
         self.kind = kind or ModelKind()  # base or instruct, from models.toml when it says
         self.notes = notes  # sentences about limits (a context llama.cpp enlarged, ...)
-        self.restored = restored
+        self.reload = reload
         self.owns_engine = False
         self.load_error: str | None = None
 
@@ -86,7 +88,7 @@ class ChatApp(App[ModeSwitch | None]):
                 return screen
         return None
 
-    def _chat_screen(self, engine: Engine) -> ChatScreen:
+    def _chat_screen(self, engine: Engine, carried: ModeSwitch | None = None) -> ChatScreen:
         info = engine.info
         model = ModelLine(
             pair=f"{self.pair}: {pair_label(info)}" if self.pair else pair_label(info),
@@ -98,7 +100,7 @@ class ChatApp(App[ModeSwitch | None]):
         welcome = welcome_lines(info, model, self.kind, self.pair)
         return ChatScreen(
             engine, self.settings, self.clock, model, self.chat_template, self.chat_stop,
-            [*welcome, *notes], self.restored,
+            [*welcome, *notes], carried,
         )
 
     def _load(self) -> None:  # worker thread
@@ -112,10 +114,42 @@ class ChatApp(App[ModeSwitch | None]):
         else:
             self.call_from_thread(self._loaded, engine)
 
-    def _loaded(self, engine: Engine) -> None:
+    def _loaded(self, engine: Engine, carried: ModeSwitch | None = None) -> None:
         self.engine, self.owns_engine = engine, True
-        self.switch_screen(self._chat_screen(engine))
+        self.switch_screen(self._chat_screen(engine, carried))
         self._show_notice(engine)
+
+    # ---- /exact ------------------------------------------------------------------------------
+
+    def on_chat_screen_mode_switch_asked(self, message: ChatScreen.ModeSwitchAsked) -> None:
+        if self.reload is None:
+            self.notify("This chat was given a loaded engine and cannot reload it in the other "
+                        "mode; start `localspec chat` with or without --exact.", severity="warning")
+            return
+        mode = "exact mode" if message.switch.exact else "default mode"
+        self.switch_screen(LoadingScreen(f"{self.loading_label} in {mode}"))
+        self.run_worker(lambda: self._reload(message.switch), thread=True, exit_on_error=False,
+                        name="reload")
+
+    def _reload(self, switch: ModeSwitch) -> None:  # worker thread
+        """The other mode, or (where it cannot load) the mode the chat was in, with a reason."""
+        assert self.reload is not None
+        if self.owns_engine and self.engine is not None:
+            self.engine.close()  # first: both engines at once may not fit
+        self.engine, self.owns_engine = None, False
+        try:
+            engine = self.reload(switch.exact)
+        except LocalspecError as error:
+            switch = replace(switch, exact=not switch.exact, refused=str(error))
+            try:
+                engine = self.reload(switch.exact)
+            except Exception as again:  # noqa: BLE001 - shown as the load error
+                self.call_from_thread(self._show_load_error, str(again))
+                return
+        except Exception as error:  # noqa: BLE001 - not a user mistake, still no traceback
+            self.call_from_thread(self._show_load_error, f"{type(error).__name__}: {error}")
+            return
+        self.call_from_thread(self._loaded, engine, switch)
 
     def _show_notice(self, engine: Engine) -> None:
         """What the user should know about the loaded models (e.g. why speculation is off)."""

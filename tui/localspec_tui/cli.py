@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from localspec.commands.common import (
     ModelChoice,
@@ -17,8 +17,10 @@ from localspec.commands.common import (
 from localspec.commands.shaping import add_shaping_arguments, shaping_fields
 from localspec.errors import InvalidParameterError
 
-from .restart import ModeSwitch, restart, restore
 from .settings import ChatSettings, parse_draft_max
+
+if TYPE_CHECKING:
+    from localspec.engine import Engine
 
 
 def register(subparsers: Any) -> None:
@@ -42,11 +44,6 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: random)")
     add_speculation_switch(parser, old="--no-spec")  # F2 toggles it in the chat
     add_shaping_arguments(parser)
-    parser.add_argument(
-        "--restore", metavar="FILE",
-        help="continue the conversation /exact saved in FILE when it restarted the chat in the "
-        "other mode; the file is deleted (default: a new conversation)",
-    )
     parser.set_defaults(func=run_chat)
 
 
@@ -76,10 +73,21 @@ def resolve_models(args: argparse.Namespace) -> ModelChoice:
     return choose_models(args)
 
 
+def mode_loader(args: argparse.Namespace, choice: ModelChoice) -> Callable[[bool], Engine]:
+    """``/exact``'s reload: the same models and flags with exact mode on or off, under a memory
+    plan of its own (the mode decides the drafter "auto" picks and the caches it counts)."""
+    from localspec.commands.common import load_engine, plan_choice
+
+    def reload(exact: bool) -> Engine:
+        again = argparse.Namespace(**{**vars(args), "exact": exact})
+        return load_engine(again, choice, plan=plan_choice(again, choice))
+
+    return reload
+
+
 def run_chat(args: argparse.Namespace) -> int:
     from localspec.commands.common import load_engine, plan_choice, plan_summary
     from localspec.commands.limits import limit_notes
-    from localspec.engine import Engine
 
     from .app import ChatApp
 
@@ -87,7 +95,6 @@ def run_chat(args: argparse.Namespace) -> int:
     # a pair that does not fit is refused before anything loads; loading happens in the UI.
     choice = resolve_models(args)
     settings = settings_from_args(args, choice)
-    restored = restore(args.restore) if args.restore else None
     plan = plan_choice(args, choice)
 
     def load() -> Engine:
@@ -103,9 +110,7 @@ def run_chat(args: argparse.Namespace) -> int:
         loading_label=choice.target,
         kind=choice.kind,
         notes=lambda info: limit_notes(args, choice.n_ctx, info),
-        restored=restored,
+        reload=mode_loader(args, choice),
     )
-    result = app.run()
-    if isinstance(result, ModeSwitch):
-        restart(sys.argv[1:], result)
+    app.run()
     return 1 if app.load_error else 0

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Input
 
@@ -17,7 +18,7 @@ from ..commands import parse_command, parse_max_tokens, parse_switch
 from ..conversation import Conversation
 from ..generation import ReplyChunk, ReplyFailed, ReplyFinished, ReplyJob, ReplySegment
 from ..metrics import ReplyMetrics, StepClock
-from ..restart import ModeSwitch
+from ..mode_switch import ModeSwitch
 from ..settings import ChatSettings, parse_draft_max, parse_temperature
 from ..widgets.charts import SparkRow
 from ..widgets.status import ModelLine, StatusBar
@@ -28,6 +29,13 @@ FINISH_NOTES = {"stop": "", "length": " · length limit", "cancelled": " · stop
 
 
 class ChatScreen(Screen[None]):
+    class ModeSwitchAsked(Message):
+        """``/exact``: the app loads the other mode and carries the conversation over."""
+
+        def __init__(self, switch: ModeSwitch) -> None:
+            super().__init__()
+            self.switch = switch
+
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Stop", priority=True),
         Binding("f1", "help", "Help"),
@@ -48,11 +56,11 @@ class ChatScreen(Screen[None]):
         chat_template: str | None = None,
         chat_stop: tuple[str, ...] = (),
         welcome: list[str] | None = None,
-        restored: ModeSwitch | None = None,
+        carried: ModeSwitch | None = None,
     ) -> None:
         super().__init__()
         self.welcome = welcome or []  # the first notices: model, drafter, keys, limits
-        self.restored = restored  # the conversation of the chat that restarted into this one
+        self.carried = carried  # the conversation of the chat before /exact reloaded the models
         self.engine = engine
         self.settings = settings
         self.clock = clock
@@ -80,15 +88,15 @@ class ChatScreen(Screen[None]):
             await self.notice(line)
         if self.settings.system_prompt:
             await self.notice(f"System prompt: {self.settings.system_prompt}")
-        if self.restored is not None:
-            await self.show_restored(self.restored)
+        if self.carried is not None:
+            await self.show_carried(self.carried)
         self.refresh_status()
 
-    async def show_restored(self, restored: ModeSwitch) -> None:
-        """The turns of the chat that restarted into this one; the conversation goes on."""
+    async def show_carried(self, carried: ModeSwitch) -> None:
+        """The turns of the chat before /exact reloaded the models; the conversation goes on."""
         transcript = self.query_one(Transcript)
-        self.conversation.system_prompt = restored.system_prompt
-        for message in restored.messages:
+        self.conversation.system_prompt = carried.system_prompt
+        for message in carried.messages:
             self.conversation.add(message["role"], message["content"])
             if message["role"] == "user":
                 await transcript.add(UserMessage(message["content"]))
@@ -98,7 +106,10 @@ class ChatScreen(Screen[None]):
             await reply.replace_text(message["content"])
             await reply.finish("")
             self.last_answer = message["content"]
-        await self.notice(f"Exact mode {'on' if restored.exact else 'off'}; the chat goes on.")
+        if carried.refused:
+            await self.notice(f"Exact mode {'off' if carried.exact else 'on'} could not load: "
+                              f"{carried.refused}", error=True)
+        await self.notice(f"Exact mode {'on' if carried.exact else 'off'}; the chat goes on.")
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -293,14 +304,16 @@ class ChatScreen(Screen[None]):
     # ---- slash commands --------------------------------------------------------------------
 
     def switch_exact(self, exact: bool) -> None:
-        """Exact mode is a load-time choice: the chat restarts in it (localspec_tui.restart)."""
+        """Exact mode is a load-time choice: the app loads the models again in it
+        (localspec_tui.mode_switch)."""
         if exact == self.engine.info.exact:
             self.notify(f"Exact mode is already {'on' if exact else 'off'}.", timeout=2)
         elif self.generating:
             self.notify("A reply is still streaming: Esc stops it first.", severity="warning")
         else:
             messages = [dict(m) for m in self.conversation.messages]
-            self.app.exit(ModeSwitch(exact, messages, self.conversation.system_prompt))
+            self.post_message(self.ModeSwitchAsked(
+                ModeSwitch(exact, messages, self.conversation.system_prompt)))
 
     async def run_command(self, text: str) -> None:
         try:

@@ -30,7 +30,7 @@ keeps the longest correct prefix. You get exactly the target's answer, faster.
 | Ctrl+Q | quit |
 
 Commands: `/temp 0.7`, `/k 4`, `/k auto`, `/spec on|off`, `/system TEXT`,
-`/max 256`, `/json on|off`, `/exact on|off` (restarts the chat in that mode; the
+`/max 256`, `/json on|off`, `/exact on|off` (loads the model again in that mode; the
 conversation goes on), `/new`, `/copy`, `/colours`, `/help`, `/quit`.
 
 **Status bar.** *tok/s*: generated tokens per second over the last steps, without prompt
