@@ -13,7 +13,7 @@ MAX_ROWS = 16  # the longest verification pass checked (a draft of 15 tokens)
 
 
 class PassTarget(Protocol):
-    def pass_logits(self, tokens: Sequence[int], rows: int) -> np.ndarray: ...
+    def pass_logits(self, tokens: list[int], rows: int) -> np.ndarray: ...
 
 
 def differing_row_counts(
@@ -26,11 +26,11 @@ def differing_row_counts(
         raise ValueError(f"need more than {max_rows} tokens, got {len(tokens)}")
     n = len(tokens)
     single = np.stack(
-        [target.pass_logits(tokens[: p + 1], 1)[0] for p in range(n - max_rows, n)]
+        [target.pass_logits(list(tokens[: p + 1]), 1)[0] for p in range(n - max_rows, n)]
     ).view(np.uint32)
     differing = []
     for rows in range(1, max_rows + 1):
-        batch = target.pass_logits(tokens, rows).view(np.uint32)
+        batch = target.pass_logits(list(tokens), rows).view(np.uint32)
         if not np.array_equal(batch, single[max_rows - rows :]):
             differing.append(rows)
     return differing

@@ -13,6 +13,7 @@ from localspec.devices import ggml_devices, offload_device
 from localspec.drafter_spec import AUTO, MTP, NGRAM, NO_DRAFTER, DrafterSpec
 from localspec.errors import InvalidParameterError, ModelLoadError
 from localspec.gguf_reader import read_gguf
+from localspec.invariance import differing_row_counts
 from localspec.planner import KV_TYPES
 from localspec.rpc import endpoints_violation, require_rpc
 from localspec.types import EngineInfo
@@ -83,14 +84,19 @@ class LoadOptions:
         rule = endpoints_violation(self.rpc)
         if rule is not None:
             raise InvalidParameterError(f"rpc={self.rpc!r} is invalid: {rule}.")
-        if self.rpc and self.exact:
+        if self.rpc and self.exact and self.kv_type in EXACT_RPC_UNSAFE_KV:
             raise InvalidParameterError(
-                "exact mode cannot run layers on RPC workers yet (each worker picks its own "
-                "kernels); leave out --exact or --rpc."
+                f"exact mode over RPC workers needs a quantized KV cache, not {self.kv_type}: "
+                "a worker's attention over an F16/F32 cache sums many rows and long contexts in "
+                "other orders than one row; add --kv-type q8_0."
             )
 
 
 MAX_PARALLEL = 64  # LoadOptions.parallel
+# Cache types whose flash attention on a CPU worker takes ggml's tiled (many rows) or split
+# (one row, 512+ cells) paths, which ggml's reference kernels turn off locally but an RPC worker
+# cannot be asked to (docs/exact.md, "Over RPC workers").
+EXACT_RPC_UNSAFE_KV = frozenset({"f16", "f32"})
 
 _LOAD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "n_ctx": (lambda v: isinstance(v, int) and N_CTX_RANGE[0] <= v <= N_CTX_RANGE[1],
@@ -199,6 +205,24 @@ def check_exact_backend(options: LoadOptions, devices: list[dict[str, Any]]) -> 
         )
 
 
+REMOTE_CHECK_ROWS = 8  # ggml's last kernel switch by rows (the tiled K-quant matmul) is at 8
+_CHECK_TEXT = "The quick brown fox jumps over the lazy dog, then runs home to sleep. " * 3
+
+
+def check_remote_rows(core: _core.Core) -> None:
+    """Exact mode over RPC workers: a worker computes with its own process's kernels
+    (``localspec rpc-worker --exact`` turns ggml's tiled matmul off there), which this side
+    cannot set, so the load measures them: passes of 1..8 rows against single-token passes."""
+    tokens = core.tokenize(_CHECK_TEXT, True, False)[: 2 * REMOTE_CHECK_ROWS]
+    differing = differing_row_counts(core, tokens, max_rows=REMOTE_CHECK_ROWS)
+    if differing:
+        raise InvalidParameterError(
+            f"exact mode measured passes of {', '.join(map(str, differing))} rows giving other "
+            "bits than single-token passes on the RPC workers; start each worker with "
+            "`localspec rpc-worker --exact`, or leave out --exact."
+        )
+
+
 def _check_options(options: LoadOptions) -> None:
     options.validate()
     if options.exact:  # asks ggml for its devices only when it matters
@@ -243,8 +267,10 @@ def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:
     core_options.n_seq = options.parallel
     core = _core.Core(core_options)
     try:
+        if options.exact and options.rpc:
+            check_remote_rows(core)
         drafter, notice = speculation_drafter(core, options)
-    except ModelLoadError:
+    except (ModelLoadError, InvalidParameterError):
         core.close()
         raise
     return core, _engine_info(core, replace(options, draft=canonical_drafter(drafter)), notice)

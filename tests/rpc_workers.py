@@ -30,11 +30,13 @@ def wait_listening(port: int, process: subprocess.Popen[str]) -> None:
     raise AssertionError("rpc-worker did not listen in time")
 
 
-def start_worker(port: int | None = None) -> tuple[subprocess.Popen[str], str]:
-    """A worker on ``port`` (default: a free one); its process and HOST:PORT."""
+def start_worker(port: int | None = None, *,
+                 exact: bool = False) -> tuple[subprocess.Popen[str], str]:
+    """A worker on ``port`` (default: a free one), with ``--exact`` if asked; its process and
+    HOST:PORT."""
     port = port or free_port()
     command = [sys.executable, "-m", "localspec.cli", "rpc-worker", "--port", str(port),
-               "--threads", "1"]
+               "--threads", "1", *(["--exact"] if exact else [])]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                text=True)
     wait_listening(port, process)
@@ -42,12 +44,12 @@ def start_worker(port: int | None = None) -> tuple[subprocess.Popen[str], str]:
 
 
 @contextmanager
-def workers(n: int) -> Iterator[list[tuple[subprocess.Popen[str], str]]]:
-    """``n`` workers; each is killed on the way out."""
+def workers(n: int, *, exact: bool = False) -> Iterator[list[tuple[subprocess.Popen[str], str]]]:
+    """``n`` workers (``rpc-worker --exact`` if asked); each is killed on the way out."""
     started: list[tuple[subprocess.Popen[str], str]] = []
     try:
         for _ in range(n):
-            started.append(start_worker())
+            started.append(start_worker(exact=exact))
         yield started
     finally:
         for process, _ in started:

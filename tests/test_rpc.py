@@ -112,8 +112,12 @@ def test_load_options_own_the_rule() -> None:
     with pytest.raises(InvalidParameterError, match="rpc="):
         LoadOptions(target="t.gguf", rpc=("localhost",)).validate()
     LoadOptions(target="t.gguf", rpc=("localhost:50052", "10.0.0.2:50052")).validate()
-    with pytest.raises(InvalidParameterError, match="exact mode cannot run layers on RPC"):
-        LoadOptions(target="t.gguf", rpc=("localhost:50052",), exact=True).validate()
+    for kv_type in ("f16", "f32"):  # a worker's attention over them is not batch-invariant
+        with pytest.raises(InvalidParameterError, match="add --kv-type q8_0"):
+            LoadOptions(target="t.gguf", rpc=("localhost:50052",), exact=True,
+                        kv_type=kv_type).validate()
+    LoadOptions(target="t.gguf", rpc=("localhost:50052",), exact=True, kv_type="q8_0").validate()
+    LoadOptions(target="t.gguf", exact=True, kv_type="f16").validate()  # no workers: any cache
 
 
 def test_a_busy_worker_is_a_clear_error(tiny_model_path: Path) -> None:

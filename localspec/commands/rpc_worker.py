@@ -21,6 +21,17 @@ CPU_LAYOUT_NOTE = (
     "quantized models (docs/rpc.md)."
 )
 
+# Exact mode's kernels for the layers a client places here (docs/exact.md): ggml's tiled K-quant
+# matmul sums passes of 8 or more rows in another order than one row, and it is switched per
+# process (the client's own CPU layers use ggml's reference kernels instead, which a worker's
+# backend cannot be asked for over RPC). The client checks the rows at load.
+EXACT_ENV = {"GGML_CPU_TILED_MM": "0"}
+EXACT_NOTE = (
+    "localspec rpc-worker: exact mode: ggml's tiled K-quant matmul is off in this process, so "
+    "rows computed here are batch-invariant for a client that loads with --exact and "
+    "--kv-type q8_0 (docs/exact.md)."
+)
+
 INSECURE_BIND = (
     "localspec: warning: {host} is not a loopback address: ggml's RPC protocol has no "
     "authentication and no encryption, so anyone who can reach {host}:{port} can use this "
@@ -47,11 +58,24 @@ def register(subparsers: Any) -> None:
                         "(default: every GPU, else the CPU)")
     parser.add_argument("--threads", type=int, default=None,
                         help="CPU threads for a CPU device (default: all cores)")
+    parser.add_argument("--exact", action="store_true",
+                        help="compute with batch-invariant kernels, for clients in exact mode "
+                        "(CPU devices only; docs/exact.md) (default: off)")
     parser.set_defaults(func=handler)
 
 
 def _devices(values: list[str] | None) -> list[str]:
     return [name.strip() for value in values or [] for name in value.split(",") if name.strip()]
+
+
+def check_exact_devices(lent: list[str]) -> None:
+    """Exact mode holds on the CPU backend only (docs/gpu.md: GPU rows differ by pass size)."""
+    others = [name for name in lent if name != "CPU"]
+    if others:
+        raise InvalidParameterError(
+            f"--exact lends CPU devices only, and this worker would lend {', '.join(others)}; "
+            "add --device CPU, or leave out --exact."
+        )
 
 
 def _check_port_free(host: str, port: int) -> None:
@@ -79,10 +103,15 @@ def handler(args: argparse.Namespace) -> int:
         print(INSECURE_BIND.format(host=args.host, port=args.port), file=sys.stderr)
     devices = _devices(args.device)
     lent = devices or _core.default_worker_devices()
+    if args.exact:
+        check_exact_devices(lent)
+        os.environ.update(EXACT_ENV)  # read by ggml at its first matmul in this process
     print(f"localspec rpc-worker: lending {', '.join(lent)} at {args.host}:{args.port} "
           "(Ctrl+C stops)", file=sys.stderr, flush=True)
     if "CPU" in lent:
         print(CPU_LAYOUT_NOTE, file=sys.stderr, flush=True)
+    if args.exact:
+        print(EXACT_NOTE, file=sys.stderr, flush=True)
     # ggml's server loop never returns to Python: let Ctrl+C end the process directly.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     _core.serve_rpc_worker(f"{args.host}:{args.port}", devices, args.threads or os.cpu_count() or 1)
