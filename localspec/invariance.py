@@ -24,13 +24,14 @@ def differing_row_counts(
     Needs more than max_rows tokens."""
     if len(tokens) <= max_rows:
         raise ValueError(f"need more than {max_rows} tokens, got {len(tokens)}")
+    tokens = list(tokens)
     n = len(tokens)
     single = np.stack(
-        [target.pass_logits(list(tokens[: p + 1]), 1)[0] for p in range(n - max_rows, n)]
+        [target.pass_logits(tokens[: p + 1], 1)[0] for p in range(n - max_rows, n)]
     ).view(np.uint32)
     differing = []
     for rows in range(1, max_rows + 1):
-        batch = target.pass_logits(list(tokens), rows).view(np.uint32)
+        batch = target.pass_logits(tokens, rows).view(np.uint32)
         if not np.array_equal(batch, single[max_rows - rows :]):
             differing.append(rows)
     return differing

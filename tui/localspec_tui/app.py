@@ -25,6 +25,12 @@ EngineLoader = Callable[[], Engine]
 ModeLoader = Callable[[bool], Engine]  # loads the models again, exact mode on or off
 
 
+def load_failure(error: BaseException) -> str:
+    """What the error screen says about a failed load: a user mistake's own sentence, else the
+    error's type and message (a bug, still without a traceback on screen)."""
+    return str(error) if isinstance(error, LocalspecError) else f"{type(error).__name__}: {error}"
+
+
 class ChatApp(App[None]):
     """``ChatApp(engine=...)`` for a loaded engine, or ``ChatApp(loader=...)`` to load here.
 
@@ -107,10 +113,8 @@ class ChatApp(App[None]):
         assert self.loader is not None
         try:
             engine = self.loader()
-        except LocalspecError as error:
-            self.call_from_thread(self._show_load_error, str(error))
-        except Exception as error:  # not a user mistake, but still no traceback on screen
-            self.call_from_thread(self._show_load_error, f"{type(error).__name__}: {error}")
+        except Exception as error:  # noqa: BLE001 - shown on the error screen
+            self.call_from_thread(self._show_load_error, load_failure(error))
         else:
             self.call_from_thread(self._loaded, engine)
 
@@ -143,11 +147,11 @@ class ChatApp(App[None]):
             switch = replace(switch, exact=not switch.exact, refused=str(error))
             try:
                 engine = self.reload(switch.exact)
-            except Exception as again:  # noqa: BLE001 - shown as the load error
-                self.call_from_thread(self._show_load_error, str(again))
+            except Exception as again:  # noqa: BLE001 - shown on the error screen
+                self.call_from_thread(self._show_load_error, load_failure(again))
                 return
-        except Exception as error:  # noqa: BLE001 - not a user mistake, still no traceback
-            self.call_from_thread(self._show_load_error, f"{type(error).__name__}: {error}")
+        except Exception as error:  # noqa: BLE001 - shown on the error screen
+            self.call_from_thread(self._show_load_error, load_failure(error))
             return
         self.call_from_thread(self._loaded, engine, switch)
 
