@@ -36,6 +36,9 @@ std::shared_ptr<Model> load_target(const EngineOptions& options) {
     backend_init(options.verbose);
     ModelOptions model{options.target_path, options.n_gpu_layers_target};
     model.repack = options.repack && !options.exact;
+    // Exact mode's matrices: localspec's batch-invariant kernels (body_matmul.h) where the
+    // workers are local; over RPC a worker computes its layers itself.
+    model.body_kernels = options.exact && options.rpc.empty();
     model.load_mtp = options.drafter == "mtp";
     model.rpc = options.rpc;
     return std::make_shared<Model>(model);

@@ -13,9 +13,11 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
+#include "body_matmul.h"
 #include "errors.h"
 #include "graph_tap.h"
 #include "head_common.h"
@@ -158,6 +160,11 @@ Model::Model(const ModelOptions& options) : impl_(std::make_unique<Impl>()), pat
     }
 
     take_last_error();
+    std::optional<BodyKernelClaim> claim;  // before any load: llama.cpp reads ggml's list once
+    if (body_kernels_available() && options.body_kernels && !options.vocab_only) {
+        params.use_extra_bufts = true;  // localspec's buffer type is first in that list
+        claim.emplace();
+    }
     impl_->model = llama_model_load_from_file(path_.c_str(), params);
     if (!impl_->model) {
         check_rpc_alive(impl_->rpc);  // a worker lost while loading: that sentence
@@ -1084,7 +1091,7 @@ void quantize_model(const std::string& in_path, const std::string& out_path,
         {"BF16", LLAMA_FTYPE_MOSTLY_BF16}, {"Q8_0", LLAMA_FTYPE_MOSTLY_Q8_0},
         {"Q6_K", LLAMA_FTYPE_MOSTLY_Q6_K}, {"Q5_K_M", LLAMA_FTYPE_MOSTLY_Q5_K_M},
         {"Q4_K_M", LLAMA_FTYPE_MOSTLY_Q4_K_M}, {"Q4_K_S", LLAMA_FTYPE_MOSTLY_Q4_K_S},
-        {"Q4_0", LLAMA_FTYPE_MOSTLY_Q4_0}, {"Q3_K_M", LLAMA_FTYPE_MOSTLY_Q3_K_M},
+        {"Q4_0", LLAMA_FTYPE_MOSTLY_Q4_0}, {"Q5_0", LLAMA_FTYPE_MOSTLY_Q5_0}, {"Q3_K_M", LLAMA_FTYPE_MOSTLY_Q3_K_M},
         {"Q2_K", LLAMA_FTYPE_MOSTLY_Q2_K},
     };
     const llama_ftype* ftype = nullptr;

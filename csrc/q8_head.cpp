@@ -22,30 +22,36 @@ namespace {
 
 struct QuantizedRows {
     int n_rows = 0, n_blocks = 0;
+    std::vector<Q8Block> blocks;  // ggml's own Q8_0 blocks, before unpacking
     std::vector<int32_t> words;  // [row][block][8]: the 32 int8 values, 4 per int32
     std::vector<int32_t> offset;  // [row][block]: -128 * sum of the block's values
     std::vector<float> scale;  // [row][block]: d as stored (fp16) and read back
 };
 
 // ggml's own quantize_row_q8_0 (the one its Q8_0 dot products use), unpacked for the kernel.
-QuantizedRows quantize_rows(const float* hidden, int n_rows, int n_embd) {
-    QuantizedRows q;
+// Fills `q` in place: a caller that keeps it (one per thread) allocates once.
+void quantize_rows_into(QuantizedRows& q, const float* hidden, int n_rows, int n_embd) {
     q.n_rows = n_rows;
     q.n_blocks = n_embd / 32;
     const size_t n_all = static_cast<size_t>(n_rows) * static_cast<size_t>(q.n_blocks);
-    std::vector<Q8Block> blocks(n_all);
-    ggml_get_type_traits_cpu(GGML_TYPE_Q8_0)->from_float(hidden, blocks.data(),
+    q.blocks.resize(n_all);
+    ggml_get_type_traits_cpu(GGML_TYPE_Q8_0)->from_float(hidden, q.blocks.data(),
                                                          static_cast<int64_t>(n_all) * 32);
     q.words.resize(n_all * 8);
     q.offset.resize(n_all);
     q.scale.resize(n_all);
     for (size_t rb = 0; rb < n_all; ++rb) {
         int sum = 0;
-        for (int8_t v : blocks[rb].qs) sum += v;
-        std::memcpy(&q.words[rb * 8], blocks[rb].qs, 32);
+        for (int8_t v : q.blocks[rb].qs) sum += v;
+        std::memcpy(&q.words[rb * 8], q.blocks[rb].qs, 32);
         q.offset[rb] = -128 * sum;
-        q.scale[rb] = fp16_to_fp32(blocks[rb].d);
+        q.scale[rb] = fp16_to_fp32(q.blocks[rb].d);
     }
+}
+
+QuantizedRows quantize_rows(const float* hidden, int n_rows, int n_embd) {
+    QuantizedRows q;
+    quantize_rows_into(q, hidden, n_rows, n_embd);
     return q;
 }
 
@@ -93,9 +99,34 @@ struct Q8Head::Packed {
     std::vector<uint16_t> scales;  // [group][block][lane]: the fp16 d of each row's block
 };
 
+uint64_t q8_packed_weight_bytes(int64_t n_out, int n_in) {
+    return static_cast<uint64_t>((n_out + 7) / 8) * static_cast<uint64_t>(n_in / 32) * 256;
+}
+
+uint64_t q8_packed_scale_bytes(int64_t n_out, int n_in) {
+    return static_cast<uint64_t>((n_out + 7) / 8) * static_cast<uint64_t>(n_in / 32) * 16;
+}
+
+void q8_pack(const Q8Block* rows, int64_t n_out, int n_in, uint8_t* weights, uint16_t* scales) {
+    const int nb = n_in / 32;
+    std::memset(weights, 128, q8_packed_weight_bytes(n_out, n_in));  // padding rows: w = 0
+    std::memset(scales, 0, q8_packed_scale_bytes(n_out, n_in));
+    for (int64_t v = 0; v < n_out; ++v) {
+        const size_t g = static_cast<size_t>(v / 8), lane = static_cast<size_t>(v % 8);
+        for (int b = 0; b < nb; ++b) {
+            const Q8Block& block = rows[v * nb + b];
+            const size_t gb = g * static_cast<size_t>(nb) + static_cast<size_t>(b);
+            scales[gb * 8 + lane] = block.d;
+            for (int i = 0; i < 32; ++i) {
+                weights[gb * 256 + static_cast<size_t>(i / 4) * 32 + lane * 4 + static_cast<size_t>(i % 4)] =
+                    static_cast<uint8_t>(block.qs[i] + 128);
+            }
+        }
+    }
+}
+
 uint64_t Q8Head::packed_bytes(int64_t n_vocab, int n_embd) {
-    const uint64_t groups = static_cast<uint64_t>((n_vocab + 7) / 8);
-    return groups * static_cast<uint64_t>(n_embd / 32) * (256 + 16);
+    return q8_packed_weight_bytes(n_vocab, n_embd) + q8_packed_scale_bytes(n_vocab, n_embd);
 }
 
 Q8Head::Q8Head(const Q8Block* rows, int64_t n_vocab, int n_embd)
@@ -105,23 +136,9 @@ Q8Head::Q8Head(const Q8Block* rows, int64_t n_vocab, int n_embd)
     p.run = kernels().pick("");
     p.n_groups = (n_vocab + 7) / 8;
     p.n_blocks = n_embd / 32;
-    const size_t n_group_blocks = static_cast<size_t>(p.n_groups) * static_cast<size_t>(p.n_blocks);
-    p.weights = std::make_unique<HugePageBuffer>(n_group_blocks * 256);
-    uint8_t* packed = p.weights->data();
-    std::memset(packed, 128, p.weights->size());  // padding rows: w = 0
-    p.scales.assign(n_group_blocks * 8, 0);
-    for (int64_t v = 0; v < n_vocab; ++v) {
-        const size_t g = static_cast<size_t>(v / 8), lane = static_cast<size_t>(v % 8);
-        for (int b = 0; b < p.n_blocks; ++b) {
-            const Q8Block& block = rows[v * p.n_blocks + b];
-            const size_t gb = g * static_cast<size_t>(p.n_blocks) + static_cast<size_t>(b);
-            p.scales[gb * 8 + lane] = block.d;
-            for (int i = 0; i < 32; ++i) {
-                packed[gb * 256 + static_cast<size_t>(i / 4) * 32 + lane * 4 + static_cast<size_t>(i % 4)] =
-                    static_cast<uint8_t>(block.qs[i] + 128);
-            }
-        }
-    }
+    p.weights = std::make_unique<HugePageBuffer>(q8_packed_weight_bytes(n_vocab, n_embd));
+    p.scales.assign(q8_packed_scale_bytes(n_vocab, n_embd) / sizeof(uint16_t), 0);
+    q8_pack(rows, n_vocab, n_embd, p.weights->data(), p.scales.data());
 }
 
 Q8Head::~Q8Head() = default;
@@ -244,6 +261,14 @@ void Q8Head::compute(const float* hidden, int n_rows, float* logits, int n_threa
     const QuantizedRows q = quantize_rows(hidden, n_rows, n_embd_);
     const Job job{packed_->weights->data(), packed_->scales.data(), packed_->n_blocks, &q, n_vocab_, logits};
     split_over_threads(packed_->n_groups, n_threads, [&](int64_t g0, int64_t g1) { run(job, g0, g1); });
+}
+
+void q8_matmul(const Q8PackedMatrix& m, const float* x, int n_rows, float* out, int64_t g0, int64_t g1) {
+    static const Run run = kernels().pick("");
+    thread_local QuantizedRows q;  // one per ggml worker thread: no allocation per call
+    quantize_rows_into(q, x, n_rows, m.n_in);
+    const Job job{m.weights, m.scales, m.n_in / 32, &q, m.n_out, out};
+    run(job, g0, g1);
 }
 
 void Q8Head::compute_ids(const float* hidden, const std::vector<int32_t>& ids, float* logits) const {

@@ -324,6 +324,20 @@ class _Testing:
     @staticmethod
     def q8_head_kernels() -> list[str]: ...
     @staticmethod
+    def body_kernels_available() -> bool: ...
+    @staticmethod
+    def body_kernel_tensors() -> int: ...
+    @staticmethod
+    def body_matmul(
+        type: str,
+        weights: bytes,
+        n_out: int,
+        n_in: int,
+        x: npt.NDArray[np.float32],
+        n_threads: int,
+        localspec: bool,
+    ) -> npt.NDArray[np.float32]: ...
+    @staticmethod
     def q8_head_packed_bytes(n_vocab: int, n_embd: int) -> int: ...
     @staticmethod
     def q6k_head_packed_bytes(n_vocab: int, n_embd: int) -> int: ...

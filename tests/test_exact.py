@@ -10,11 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from gguf import GGMLQuantizationType, GGUFReader
 
 from localspec import _core
 from localspec.engine import Engine
 from localspec.errors import InvalidParameterError
 from localspec.invariance import differing_row_counts
+from localspec.model_memory import model_memory
 from localspec.prompts import load_prompts
 from localspec.synthetic import TinyConfig, write_model, write_pair
 from localspec.synthetic_heads import HeadSpec, write_eagle3_head
@@ -22,7 +24,7 @@ from localspec.types import GenerationParams
 
 # Realistic width: llama.cpp repacks Q4_K weights of this shape (its batched rows then differ).
 WIDE = TinyConfig(n_embd=1024, n_head=8, n_head_kv=4, n_ff=2048, seed=11)
-TYPES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "F16"]
+TYPES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q5_0", "Q4_0", "F16"]
 TEXT = " ".join(p.text for p in load_prompts(limit_per_category=1))
 
 
@@ -62,6 +64,41 @@ def test_exact_rows_are_batch_invariant(wide_models: dict[str, Path], qtype: str
                      exact=True) as engine:
         assert engine.info.exact and engine.info.verify_head == exact_head(qtype)
         assert differing_row_counts(engine, _tokens(engine, n_tokens)) == []
+
+
+def body_matrices(path: Path) -> int:
+    """The quantized matrices of the transformer body (every layer's 2-D weights)."""
+    reader = GGUFReader(path)
+    return sum(1 for t in reader.tensors if t.name.startswith("blk.") and len(t.shape) == 2
+               and t.tensor_type not in (GGMLQuantizationType.F16, GGMLQuantizationType.F32))
+
+
+@pytest.mark.skipif(not _core.testing.body_kernels_available(),
+                    reason="localspec's body kernels need x86-64 with AVX2")
+@pytest.mark.parametrize("qtype", TYPES)
+def test_exact_mode_computes_the_body_with_localspec_kernels(wide_models: dict[str, Path],
+                                                             qtype: str) -> None:
+    """An exact target puts every quantized body matrix in localspec's buffer type
+    (csrc/body_matmul.h); a default-mode target leaves them all to llama.cpp."""
+    before = _core.testing.body_kernel_tensors()
+    with Engine.load(wide_models[qtype], draft="none", n_ctx=256, n_threads=1):
+        assert _core.testing.body_kernel_tensors() == before
+    with Engine.load(wide_models[qtype], draft="none", n_ctx=256, n_threads=1, exact=True):
+        placed = _core.testing.body_kernel_tensors() - before
+    expected = body_matrices(wide_models[qtype])
+    assert placed == expected and (expected > 0) == (qtype != "F16")
+
+
+def test_memory_plan_counts_the_widened_matrices(wide_models: dict[str, Path]) -> None:
+    """Exact mode holds Q5_0 body matrices as int8 (34 bytes per 32 values, not 22): the memory
+    plan counts them so."""
+    q5_0 = sum(t.n_bytes for t in GGUFReader(wide_models["Q5_0"]).tensors
+               if t.name.startswith("blk.") and t.tensor_type == GGMLQuantizationType.Q5_0)
+    assert q5_0 > 0
+    plain = sum(model_memory(wide_models["Q5_0"]).layer_bytes)
+    widened = sum(model_memory(wide_models["Q5_0"], body_kernels=True).layer_bytes)
+    expected = q5_0 // 22 * 12 if _core.testing.body_kernels_available() else 0
+    assert widened - plain == expected
 
 
 @pytest.mark.parametrize("kv_type", ["f16", "q8_0"])

@@ -193,7 +193,8 @@ def plan_for(
     budget_bytes = parse_size(budget) if isinstance(budget, str) else budget
     plan = plan_from_files(target, spec.path, n_ctx, budget_bytes, kv_type, fast_head=fast_head,
                            n_seq=parallel, mtp=spec.kind == "mtp",
-                           snapshots=spec.kind != "none" and not exact)
+                           snapshots=spec.kind != "none" and not exact,
+                           body_kernels=exact and not rpc)
     return spread(plan, target, remote_devices(rpc) if rpc else (), fast_head=fast_head)
 
 

@@ -1,0 +1,50 @@
+// localspec's own matrix products for the target's transformer body on the CPU, plugged into
+// ggml's CPU backend as one more "extra buffer type" (the mechanism llama.cpp's repacked layouts
+// and AMX use): weights placed in it are packed by localspec when loaded, and ggml hands every
+// MUL_MAT on them to localspec's kernel.
+//
+// Why: exact mode (docs/exact.md) needs every row of a pass to get the same bits whatever the
+// number of rows. ggml's reference kernels give that but sum each block's 8 lanes in float, one
+// conversion and one multiply-add per 32 products. Here Q8_0, Q5_0 and Q4_0 weights are widened
+// to int8 and multiplied by the output head's VNNI kernel (q8_head.h), which sums a block's 32
+// products exactly in integers and adds one float per block: each output is one chain over its
+// blocks in a fixed order, so a row's bits never depend on the batch, and rows cost less.
+// Other quantized types go through ggml's own one-row dot product (vec_dot), row by row: batch
+// invariant too, at ggml's one-row speed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace localspec {
+
+// Whether ggml offers localspec's buffer type to llama.cpp's loader in this process. It must be
+// registered before llama.cpp first asks ggml for its extra buffer types (the first model load
+// with them); Model does so. False on a CPU without the head's kernels (AVX2 at least) or when
+// another library loaded a model first.
+bool body_kernels_available();
+
+// While one is alive, llama.cpp's loader places the matrices of the model it loads (every
+// quantized MUL_MAT weight but the output head) in localspec's buffer type; otherwise that type
+// declines every weight. Only the engine thread loads models, one at a time.
+class BodyKernelClaim {
+public:
+    BodyKernelClaim();
+    ~BodyKernelClaim();
+    BodyKernelClaim(const BodyKernelClaim&) = delete;
+    BodyKernelClaim& operator=(const BodyKernelClaim&) = delete;
+};
+
+// How many weights localspec's buffer type holds in this process (tests: a model loaded under a
+// claim must have put its matrices there).
+long body_kernel_tensors();
+
+// y = W x through a real ggml graph on the CPU backend, W (n_out rows of n_in values, ggml type
+// `type_name`, its raw bytes) in localspec's buffer type or, for comparison, ggml's own; x holds
+// rows of n_in floats. Returns the rows of y, n_out values each (tests).
+std::vector<float> body_matmul_via_ggml(const std::string& type_name, const std::vector<uint8_t>& weights,
+                                        int64_t n_out, int n_in, const std::vector<float>& x, int n_threads,
+                                        bool localspec_buffer);
+
+}  // namespace localspec
