@@ -327,6 +327,7 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("draft_p_min", &EngineOptions::draft_p_min)
         .def_readwrite("controller_k_max", &EngineOptions::controller_k_max)
         .def_readwrite("fast_head", &EngineOptions::fast_head)
+        .def_readwrite("fast_body", &EngineOptions::fast_body)
         .def_readwrite("exact", &EngineOptions::exact)
         .def_readwrite("repack", &EngineOptions::repack)
         .def_readwrite("flash_attn", &EngineOptions::flash_attn)

@@ -98,7 +98,7 @@ namespace localspec {
 
 namespace {
 
-std::atomic<int> claims{0};
+std::atomic<int> claimed{0};  // a BodyKernelClaim::Scope while a claim is alive, else 0
 std::atomic<long> tensors{0};
 
 // Weights the int8 kernel takes: each value is an integer times its block's fp16 scale, so
@@ -226,7 +226,10 @@ public:
         // claim is alive. The output head (its own tensor, or the token embeddings it is tied
         // to) stays with llama.cpp: localspec's heads read it.
         if (w->buffer && w->buffer->size == 0) {
-            return claims.load() > 0 && std::strcmp(w->name, "output.weight") != 0 &&
+            const int scope = claimed.load();
+            const bool taken = scope == BodyKernelClaim::All ||
+                               (scope == BodyKernelClaim::Unrepacked && (w->type == GGML_TYPE_Q8_0 || w->type == GGML_TYPE_Q5_0));
+            return taken && std::strcmp(w->name, "output.weight") != 0 &&
                    std::strcmp(w->name, "token_embd.weight") != 0;
         }
         return true;
@@ -322,8 +325,8 @@ bool body_kernels_available() {
     return available;
 }
 
-BodyKernelClaim::BodyKernelClaim() { ++claims; }
-BodyKernelClaim::~BodyKernelClaim() { --claims; }
+BodyKernelClaim::BodyKernelClaim(Scope scope) { claimed = scope; }
+BodyKernelClaim::~BodyKernelClaim() { claimed = 0; }
 
 long body_kernel_tensors() { return tensors.load(); }
 

@@ -25,12 +25,19 @@ namespace localspec {
 // another library loaded a model first.
 bool body_kernels_available();
 
-// While one is alive, llama.cpp's loader places the matrices of the model it loads (every
-// quantized MUL_MAT weight but the output head) in localspec's buffer type; otherwise that type
-// declines every weight. Only the engine thread loads models, one at a time.
+// While one is alive, llama.cpp's loader places the matrices of the model it loads (MUL_MAT
+// weights, never the output head) in localspec's buffer type; otherwise that type declines
+// every weight. Only the engine thread loads models, one at a time.
 class BodyKernelClaim {
 public:
-    BodyKernelClaim();
+    enum Scope {
+        // Q8_0 and Q5_0 only: the types llama.cpp never repacks on x86 (it multiplies them with
+        // llamafile's sgemm), which the int8 kernel computes faster. The rest stays llama.cpp's.
+        Unrepacked = 1,
+        // Every quantized matrix: what exact mode needs (no repacked layout may compute a row).
+        All = 2,
+    };
+    explicit BodyKernelClaim(Scope scope);
     ~BodyKernelClaim();
     BodyKernelClaim(const BodyKernelClaim&) = delete;
     BodyKernelClaim& operator=(const BodyKernelClaim&) = delete;

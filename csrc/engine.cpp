@@ -4,6 +4,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "body_matmul.h"
 #include "eagle3_drafter.h"
 #include "errors.h"
 #include "forced_drafter.h"
@@ -38,7 +39,10 @@ std::shared_ptr<Model> load_target(const EngineOptions& options) {
     model.repack = options.repack && !options.exact;
     // Exact mode's matrices: localspec's batch-invariant kernels (body_matmul.h) where the
     // workers are local; over RPC a worker computes its layers itself.
-    model.body_kernels = options.exact && options.rpc.empty();
+    model.body_kernels = !options.rpc.empty() ? 0
+                         : options.exact      ? BodyKernelClaim::All
+                         : options.fast_body && options.repack ? BodyKernelClaim::Unrepacked
+                                              : 0;
     model.load_mtp = options.drafter == "mtp";
     model.rpc = options.rpc;
     return std::make_shared<Model>(model);

@@ -163,7 +163,7 @@ Model::Model(const ModelOptions& options) : impl_(std::make_unique<Impl>()), pat
     std::optional<BodyKernelClaim> claim;  // before any load: llama.cpp reads ggml's list once
     if (body_kernels_available() && options.body_kernels && !options.vocab_only) {
         params.use_extra_bufts = true;  // localspec's buffer type is first in that list
-        claim.emplace();
+        claim.emplace(static_cast<BodyKernelClaim::Scope>(options.body_kernels));
     }
     impl_->model = llama_model_load_from_file(path_.c_str(), params);
     if (!impl_->model) {

@@ -25,10 +25,10 @@ struct ModelOptions {
     // llama.cpp's repacked weight layouts on the CPU (use_extra_bufts): faster batches, but a
     // row's bits then depend on how many rows share the pass (docs/exact.md).
     bool repack = true;
-    // Put the matrices in localspec's buffer type (body_matmul.h): every row of a pass gets the
-    // same bits whatever the number of rows. Where that type is unavailable the matrices stay
-    // llama.cpp's (exact mode then relies on ggml's reference kernels alone).
-    bool body_kernels = false;
+    // Which matrices go to localspec's buffer type (body_matmul.h): 0 none, else a
+    // BodyKernelClaim::Scope. Where that type is unavailable the matrices stay llama.cpp's
+    // (exact mode then relies on ggml's reference kernels alone).
+    int body_kernels = 0;
     // Load the model's MTP (NextN) layers too (llama.cpp skips them by default): the MTP
     // drafter runs them in its own context (MtpContext).
     bool load_mtp = false;

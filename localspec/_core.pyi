@@ -23,6 +23,7 @@ class EngineOptions:
     draft_p_min: float
     controller_k_max: int
     fast_head: bool
+    fast_body: bool
     exact: bool
     repack: bool
     flash_attn: int

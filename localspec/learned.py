@@ -38,15 +38,17 @@ class LearnedKey:
     fast_head: bool
     n_threads: int | None
     n_ctx: int
+    fast_body: bool = True  # the body's kernels set the pass costs too
 
     @classmethod
     def of(cls, options: LoadOptions) -> LearnedKey:
         return cls(options.target, options.draft, options.fast_head, options.n_threads,
-                   options.n_ctx)
+                   options.n_ctx, options.fast_body)
 
     def digest(self) -> str:
         parts = [_file_identity(self.target), _drafter_identity(self.drafter),
-                 f"head={self.fast_head}", f"threads={self.n_threads}", f"ctx={self.n_ctx}"]
+                 f"head={self.fast_head}", f"threads={self.n_threads}", f"ctx={self.n_ctx}",
+                 f"body={self.fast_body}"]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
 
 

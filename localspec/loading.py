@@ -55,6 +55,10 @@ class LoadOptions:
     # Logits from localspec's own Q8_0 or Q6_K head on the CPU (csrc/q8_head.h, q6k_head.h)
     # when the model's head allows it; False: always llama.cpp's.
     fast_head: bool = True
+    # The target's Q8_0 and Q5_0 body matrices multiplied by localspec's int8 kernel on the CPU
+    # (csrc/body_matmul.h) where this CPU runs it and ``repack`` holds; False: llama.cpp's
+    # (exact mode always uses localspec's, for every quantized matrix).
+    fast_body: bool = True
     kv_type: str = "f16"  # the KV cache type of both models (planner.KV_TYPES)
     # llama.cpp's repacked CPU weight layouts for the target (llama.cpp's --no-repack turns
     # them off): faster on CPUs, and what ggml's RPC workers never use (docs/rpc.md).
@@ -258,6 +262,7 @@ def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:
     core_options.draft_sampling = options.draft_sampling
     core_options.draft_p_min = options.draft_p_min
     core_options.fast_head = options.fast_head
+    core_options.fast_body = options.fast_body
     core_options.kv_type = options.kv_type
     core_options.repack = options.repack
     core_options.exact = options.exact

@@ -23,9 +23,15 @@ DEFAULT_UBATCH = 512
 HEAD_UBATCH = 64  # rows per pass of an EAGLE-3 head's or MTP layers' context (the core)
 _INPUT_PREFIXES = ("token_embd.", "position_embd.", "token_types.", "per_layer_token_embd.")
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
-# Exact mode's body matrices of these types are widened to int8 (csrc/body_matmul.h): 34 bytes
-# per 32 values (as Q8_0) instead of the file's bytes per block.
+# Body matrices localspec's kernels hold as int8 (csrc/body_matmul.h): 34 bytes per 32 values
+# (as Q8_0) instead of the file's bytes per block.
 _WIDENED_BLOCK_BYTES = {"Q5_0": 22, "Q4_0": 18}
+
+
+def widened_types(*, exact: bool, fast_body: bool) -> tuple[str, ...]:
+    """The body matrix types localspec's kernels widen (csrc/body_matmul.h, BodyKernelClaim):
+    every quantized matrix is theirs in exact mode, Q8_0 and Q5_0 with ``fast_body``."""
+    return ("Q5_0", "Q4_0") if exact else ("Q5_0",) if fast_body else ()
 
 @dataclass(frozen=True)
 class ModelMemory:
@@ -88,16 +94,17 @@ class ModelMemory:
         return 4 * n_ubatch * rows
 
     @classmethod
-    def from_gguf(cls, info: GGUFInfo, *, body_kernels: bool = False) -> ModelMemory:
-        """Group a GGUF file's tensor bytes into layers, input embeddings and output head.
-        ``body_kernels``: the layers' matrices as localspec's body kernels hold them."""
+    def from_gguf(cls, info: GGUFInfo, *, widened: tuple[str, ...] = ()) -> ModelMemory:
+        """Group a GGUF file's tensor bytes into layers, input embeddings and output head;
+        the layers' matrices of the ``widened`` types as localspec's body kernels hold them."""
         n_layer = info.n_layer
         layers = [0] * n_layer
         input_bytes = output_bytes = 0
         for tensor in info.tensors:
             match = _LAYER_RE.match(tensor.name)
             if match and int(match.group(1)) < n_layer:
-                block = _WIDENED_BLOCK_BYTES.get(tensor.type_name) if body_kernels else None
+                block = (_WIDENED_BLOCK_BYTES[tensor.type_name]
+                         if tensor.type_name in widened else None)
                 nbytes = tensor.nbytes // block * 34 if block else tensor.nbytes
                 layers[int(match.group(1))] += nbytes
             elif tensor.name.startswith(_INPUT_PREFIXES):
@@ -168,12 +175,13 @@ def row_bytes(elems: int, kv_type: str) -> int:
 
 
 def model_memory(path: str | os.PathLike[str], *, fast_head: bool = True,
-                 body_kernels: bool = False) -> ModelMemory:
+                 widened: tuple[str, ...] = ()) -> ModelMemory:
     """Read a GGUF header (arrays skipped: fast) and describe its memory needs. localspec's
     output head copy counts only with ``fast_head`` (``--llama-head`` turns it off) and where
-    this CPU can run that head; ``body_kernels``: exact mode's layers (csrc/body_matmul.h)."""
+    this CPU can run that head; so do the body matrices of the ``widened`` types
+    (widened_types()), whose kernel is the head's."""
     memory = ModelMemory.from_gguf(read_gguf(Path(path), read_arrays=False),
-                                   body_kernels=body_kernels and _output_head_supported())
+                                   widened=widened if _output_head_supported() else ())
     # A head's draft-vocabulary copy is always made; a model's output head copy only where
     # localspec's head runs.
     copy_made = memory.is_head or (fast_head and _output_head_supported())

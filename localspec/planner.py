@@ -268,18 +268,19 @@ def plan_from_files(
     n_seq: int = 1,
     mtp: bool = False,
     snapshots: bool = True,
-    body_kernels: bool = False,
+    widened: tuple[str, ...] = (),
 ) -> Plan:
     """Plan a pair straight from GGUF files. ``device=None``: the CPU with ``budget_bytes``
     (default: available RAM); with a device, ``budget_bytes`` caps its free memory. ``mtp``:
     the target's MTP layers draft (their context is the second column). ``snapshots``: a
     recurrent target keeps its state's snapshots (the core does whenever something drafts,
-    outside exact mode). ``body_kernels``: the target's layers as exact mode holds them."""
+    outside exact mode). ``widened``: the target's body matrix types localspec's kernels hold as
+    int8 (model_memory.widened_types)."""
     if device is None:
         device = default_device(budget_bytes)
     elif budget_bytes is not None:
         device = Device(device.name, budget_bytes, device.kind)
-    target = model_memory(target_path, fast_head=fast_head, body_kernels=body_kernels)
+    target = model_memory(target_path, fast_head=fast_head, widened=widened)
     draft = model_memory(draft_path, fast_head=fast_head) if draft_path is not None else None
     if mtp and target.n_layer_nextn:
         draft = target.mtp_memory()

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from gguf import GGMLQuantizationType, GGUFReader
@@ -16,7 +17,7 @@ from localspec import _core
 from localspec.engine import Engine
 from localspec.errors import InvalidParameterError
 from localspec.invariance import differing_row_counts
-from localspec.model_memory import model_memory
+from localspec.model_memory import model_memory, widened_types
 from localspec.prompts import load_prompts
 from localspec.synthetic import TinyConfig, write_model, write_pair
 from localspec.synthetic_heads import HeadSpec, write_eagle3_head
@@ -66,11 +67,13 @@ def test_exact_rows_are_batch_invariant(wide_models: dict[str, Path], qtype: str
         assert differing_row_counts(engine, _tokens(engine, n_tokens)) == []
 
 
-def body_matrices(path: Path) -> int:
-    """The quantized matrices of the transformer body (every layer's 2-D weights)."""
+def body_matrices(path: Path, types: set[str] | None = None) -> int:
+    """The quantized matrices of the transformer body (every layer's 2-D weights), of the
+    given types only if any."""
     reader = GGUFReader(path)
     return sum(1 for t in reader.tensors if t.name.startswith("blk.") and len(t.shape) == 2
-               and t.tensor_type not in (GGMLQuantizationType.F16, GGMLQuantizationType.F32))
+               and t.tensor_type not in (GGMLQuantizationType.F16, GGMLQuantizationType.F32)
+               and (types is None or t.tensor_type.name in types))
 
 
 @pytest.mark.skipif(not _core.testing.body_kernels_available(),
@@ -79,14 +82,18 @@ def body_matrices(path: Path) -> int:
 def test_exact_mode_computes_the_body_with_localspec_kernels(wide_models: dict[str, Path],
                                                              qtype: str) -> None:
     """An exact target puts every quantized body matrix in localspec's buffer type
-    (csrc/body_matmul.h); a default-mode target leaves them all to llama.cpp."""
-    before = _core.testing.body_kernel_tensors()
-    with Engine.load(wide_models[qtype], draft="none", n_ctx=256, n_threads=1):
-        assert _core.testing.body_kernel_tensors() == before
-    with Engine.load(wide_models[qtype], draft="none", n_ctx=256, n_threads=1, exact=True):
-        placed = _core.testing.body_kernel_tensors() - before
-    expected = body_matrices(wide_models[qtype])
-    assert placed == expected and (expected > 0) == (qtype != "F16")
+    (csrc/body_matmul.h); a default-mode target its Q8_0 and Q5_0 ones (llama.cpp repacks the
+    rest), none with ``fast_body=False``."""
+    path = wide_models[qtype]
+
+    def placed(**options: Any) -> int:
+        before = _core.testing.body_kernel_tensors()
+        with Engine.load(path, draft="none", n_ctx=256, n_threads=1, **options):
+            return _core.testing.body_kernel_tensors() - before
+
+    assert placed(fast_body=False) == 0
+    assert placed() == body_matrices(path, {"Q8_0", "Q5_0"})
+    assert placed(exact=True) == body_matrices(path) > (0 if qtype != "F16" else -1)
 
 
 def test_memory_plan_counts_the_widened_matrices(wide_models: dict[str, Path]) -> None:
@@ -96,7 +103,8 @@ def test_memory_plan_counts_the_widened_matrices(wide_models: dict[str, Path]) -
                if t.name.startswith("blk.") and t.tensor_type == GGMLQuantizationType.Q5_0)
     assert q5_0 > 0
     plain = sum(model_memory(wide_models["Q5_0"]).layer_bytes)
-    widened = sum(model_memory(wide_models["Q5_0"], body_kernels=True).layer_bytes)
+    widened = sum(model_memory(wide_models["Q5_0"],
+                               widened=widened_types(exact=True, fast_body=False)).layer_bytes)
     expected = q5_0 // 22 * 12 if _core.testing.body_kernels_available() else 0
     assert widened - plain == expected
 
@@ -351,3 +359,21 @@ def test_exact_mode_refuses_to_run_the_target_on_a_gpu() -> None:
     check_exact_backend(replace(options, n_gpu_layers=0), [gpu, cpu])  # layers on the CPU
     check_exact_backend(options, [cpu])  # a CPU-only build
     check_exact_backend(replace(options, exact=False), [gpu, cpu])
+
+
+def test_bench_compares_llama_cpp_body_kernels_with_localspecs(wide_models: dict[str, Path],
+                                                               prompt_file: Path) -> None:
+    """--modes llama-body,default: the same pair with the body's Q8_0/Q5_0 matrices by
+    llama.cpp's kernels and by localspec's, each in its own process, default / llama-body."""
+    proc = cli("bench", "--target", str(wide_models["Q8_0"]), "--draft", "ngram",
+               "--max-tokens", "16", "--json", "--prompts", str(prompt_file), "--repeat", "1",
+               "--modes", "llama-body,default")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert set(out["modes"]) == {"llama-body", "default"}
+    for mode in out["modes"].values():
+        assert mode["overall"]["identical"] in ("yes", "tie")
+    spec = out["default_vs_llama-body"]["speculative"]
+    expected = (out["modes"]["default"]["overall"]["speculative_tps"]
+                / out["modes"]["llama-body"]["overall"]["speculative_tps"])
+    assert spec["overall"] == pytest.approx(expected, rel=1e-6)

@@ -78,7 +78,8 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
 def namespace(**overrides: Any) -> argparse.Namespace:
     values = {"threads": None, "verbose": False, "n_gpu_layers": None, "budget": None,
-              "kv_type": "f16", "llama_head": False, "no_repack": False}
+              "kv_type": "f16", "llama_head": False, "llama_body": False,
+              "no_repack": False}
     return argparse.Namespace(**{**values, **overrides})
 
 

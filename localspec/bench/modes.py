@@ -40,14 +40,17 @@ __all__ = ["MODE_PAIRS", "ModeComparison", "compare_modes", "mode_options", "run
            "same_pass_ratios"]
 
 # The modes a run can compare, base first: the comparison reads second / first.
-MODE_PAIRS = (("default", "exact"), ("local", "rpc"))
+MODE_PAIRS = (("default", "exact"), ("local", "rpc"), ("llama-body", "default"))
 
 
 def mode_options(options: LoadOptions, mode: str) -> LoadOptions:
     """How `mode` loads the pair that `options` describe: exact mode or not; this machine
-    alone ("local") or with the options' RPC workers ("rpc")."""
+    alone ("local") or with the options' RPC workers ("rpc"); the body's Q8_0/Q5_0 matrices
+    by llama.cpp's kernels ("llama-body") instead of localspec's."""
     if mode in ("default", "exact"):
         return replace(options, exact=mode == "exact")
+    if mode == "llama-body":
+        return replace(options, exact=False, fast_body=False)
     if mode == "local":
         return replace(options, rpc=())
     if mode == "rpc":

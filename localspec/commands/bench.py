@@ -98,7 +98,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="'default,exact' runs both modes interleaved, each in its own "
                         "process, and reports exact / default (docs/exact.md); 'local,rpc' "
                         "the same for this machine alone and with the --rpc workers "
-                        "(docs/rpc.md) (default: the mode --exact picks)")
+                        "(docs/rpc.md); 'llama-body,default' llama.cpp's kernels for the "
+                        "body's Q8_0/Q5_0 matrices against localspec's (docs/bench.md) "
+                        "(default: the mode --exact picks)")
     parser.add_argument("--baseline", choices=BASELINES,
                         help="also run llama-cpp-python's plain and prompt-lookup generation "
                         "(default: none)")
@@ -241,8 +243,8 @@ def run(args: argparse.Namespace) -> int:
             target, draft = write_synthetic_pair(tmp, spec)
             with Engine.load(target, draft=draft, n_ctx=args.ctx or DEFAULT_N_CTX,
                              n_threads=args.threads, draft_p_min=0.0,
-                             fast_head=not args.llama_head, kv_type=args.kv_type,
-                             repack=not args.no_repack,
+                             fast_head=not args.llama_head, fast_body=not args.llama_body,
+                             kv_type=args.kv_type, repack=not args.no_repack,
                              exact=args.exact, verbose=args.verbose) as engine:
                 measured = _measure(engine, prompts, params, args, engine.info.drafter_spec)
                 heads = engine_header(engine, measured.runs)

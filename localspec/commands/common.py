@@ -18,6 +18,7 @@ from localspec.engine import Engine
 from localspec.errors import InvalidParameterError, ModelLoadError
 from localspec.loading import DEFAULT_N_CTX, LoadOptions, resolved_drafter
 from localspec.model_kind import ModelKind
+from localspec.model_memory import widened_types
 from localspec.plan_table import parse_size
 from localspec.plan_table import plan_summary as plan_summary  # re-exported for the chat UI
 from localspec.planner import KV_TYPES, Plan, plan_from_files
@@ -110,6 +111,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, positional_pair: boo
     group.add_argument("--llama-head", action="store_true",
                        help="compute logits with llama.cpp's own output head (default: "
                        "localspec's faster CPU head where it applies)")
+    group.add_argument("--llama-body", action="store_true",
+                       help="multiply the target's Q8_0 and Q5_0 body matrices with llama.cpp's "
+                       "kernels (default: localspec's faster CPU kernel where it applies)")
     group.add_argument("--rpc", type=rpc_arg, default=None, metavar="HOST:PORT[,HOST:PORT...]",
                        help="spread the target's layers over these `localspec rpc-worker`s "
                        "(docs/rpc.md); the drafter and the output layer stay local (default: "
@@ -178,6 +182,7 @@ def plan_for(
     budget: str | int | None = None,
     *,
     fast_head: bool = True,
+    fast_body: bool = LoadOptions.fast_body,
     kv_type: str = LoadOptions.kv_type,
     parallel: int = LoadOptions.parallel,
     exact: bool = LoadOptions.exact,
@@ -194,16 +199,19 @@ def plan_for(
     plan = plan_from_files(target, spec.path, n_ctx, budget_bytes, kv_type, fast_head=fast_head,
                            n_seq=parallel, mtp=spec.kind == "mtp",
                            snapshots=spec.kind != "none" and not exact,
-                           body_kernels=exact and not rpc)
+                           widened=() if rpc else widened_types(exact=exact, fast_body=fast_body))
     return spread(plan, target, remote_devices(rpc) if rpc else (), fast_head=fast_head)
 
 
 def plan_choice(args: argparse.Namespace, choice: ModelChoice,
                 parallel: int = LoadOptions.parallel) -> Plan:
     """``plan_for`` with the choice's models and context, the command's ``--budget``,
-    ``--llama-head``, ``--kv-type`` and ``--exact``, and ``parallel`` generations (serve)."""
+    ``--llama-head``, ``--llama-body``, ``--kv-type`` and ``--exact``, and ``parallel``
+    generations (serve)."""
     return plan_for(choice.target, choice.drafter, choice.n_ctx, args.budget,
-                    fast_head=not args.llama_head, kv_type=args.kv_type, parallel=parallel,
+                    fast_head=not args.llama_head,
+                    fast_body=not (args.llama_body or getattr(args, "no_repack", False)),
+                    kv_type=args.kv_type, parallel=parallel,
                     exact=getattr(args, "exact", LoadOptions.exact), rpc=choice.rpc)
 
 
@@ -223,6 +231,7 @@ def load_options(args: argparse.Namespace, choice: ModelChoice, plan: Plan,
     options = LoadOptions(
         target=choice.target, draft=choice.drafter, n_ctx=choice.n_ctx, n_threads=args.threads,
         n_gpu_layers=layers, n_gpu_layers_draft=draft_layers, fast_head=not args.llama_head,
+        fast_body=not args.llama_body,
         kv_type=args.kv_type, repack=not args.no_repack, exact=getattr(args, "exact", False),
         rpc=choice.rpc, verbose=args.verbose,
     )

@@ -14,6 +14,7 @@ from localspec.loading import (
     load_rule_violation,
     resolved_drafter,
 )
+from localspec.model_memory import widened_types
 from localspec.planner import (
     Device,
     Plan,
@@ -81,7 +82,9 @@ def make_plan(args: argparse.Namespace) -> tuple[str, Plan]:
     rpc = args.rpc if args.rpc is not None else (pair.rpc if pair else ())
     plan = plan_from_files(target_path, draft.path, n_ctx, None, args.kv_type, device=device,
                            fast_head=not args.llama_head, n_seq=n_seq,
-                           mtp=draft.kind == "mtp", snapshots=draft.kind != "none")
+                           mtp=draft.kind == "mtp", snapshots=draft.kind != "none",
+                           widened=() if rpc else widened_types(exact=False,
+                                                                fast_body=not args.llama_body))
     plan = spread(plan, target_path, remote_devices(rpc) if rpc else (),
                   fast_head=not args.llama_head)
     label = pair.name if pair and not (args.target or args.draft) else f"{target} + {drafter}"
