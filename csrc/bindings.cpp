@@ -512,20 +512,21 @@ PYBIND11_MODULE(_core, m) {
     testing.def(
         "body_matmul",
         [](const std::string& type, const py::bytes& weights, int64_t n_out, int n_in,
-           const py::array_t<float, py::array::c_style | py::array::forcecast>& x, int n_threads, bool localspec) {
+           const py::array_t<float, py::array::c_style | py::array::forcecast>& x, int n_threads, bool localspec,
+           int repeat) {
             const std::string raw = weights;
             std::vector<uint8_t> bytes(raw.begin(), raw.end());
             std::vector<float> rows(x.data(), x.data() + x.size());
             std::vector<float> out;
             {
                 py::gil_scoped_release release;
-                out = body_matmul_via_ggml(type, bytes, n_out, n_in, rows, n_threads, localspec);
+                out = body_matmul_via_ggml(type, bytes, n_out, n_in, rows, n_threads, localspec, repeat);
             }
             return py::array_t<float>({static_cast<py::ssize_t>(out.size()) / n_out, static_cast<py::ssize_t>(n_out)},
                                       out.data());
         },
         py::arg("type"), py::arg("weights"), py::arg("n_out"), py::arg("n_in"), py::arg("x"), py::arg("n_threads"),
-        py::arg("localspec"));
+        py::arg("localspec"), py::arg("repeat") = 1);
     testing.def("q8_head_packed_bytes", &Q8Head::packed_bytes, py::arg("n_vocab"), py::arg("n_embd"));
     testing.def("q8_head_logits_at", &head_logits_at<Q8Block, Q8Head, 32>, HEAD_LOGITS_AT_ARGS);
     testing.def("q6k_head_logits_at", &head_logits_at<Q6KBlock, Q6KHead, 256>, HEAD_LOGITS_AT_ARGS);

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "q4k_matmul.h"
 #include "q8_head.h"
 
 // ---- ggml's internal interfaces ------------------------------------------------------------
@@ -107,6 +108,11 @@ bool widens_to_int8(ggml_type type) {
     return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q4_0;
 }
 
+// Q4_K weights of whole super-blocks: localspec's Q4_K kernel (q4k_matmul.h).
+bool packs_q4k(const ggml_tensor* w) {
+    return w->type == GGML_TYPE_Q4_K && w->ne[0] % 256 == 0 && q4k_matmul_supported();
+}
+
 // Weights computed with ggml's one-row dot product (any quantized type that has one).
 bool has_vec_dot(ggml_type type) {
     const ggml_type_traits_cpu* traits = ggml_get_type_traits_cpu(type);
@@ -197,9 +203,12 @@ public:
         const float* xs = contiguous_rows(x, n_rows);
         auto* out = static_cast<float*>(op->data);
         const int ith = params->ith, nth = params->nth;
+        const int64_t groups = (w->ne[1] + 7) / 8, g0 = groups * ith / nth, g1 = groups * (ith + 1) / nth;
         if (widens_to_int8(w->type)) {
-            const int64_t groups = (w->ne[1] + 7) / 8;
-            q8_matmul(packed_view(w), xs, static_cast<int>(n_rows), out, groups * ith / nth, groups * (ith + 1) / nth);
+            q8_matmul(packed_view(w), xs, static_cast<int>(n_rows), out, g0, g1);
+        } else if (packs_q4k(w)) {
+            q4k_matmul(static_cast<const uint8_t*>(w->data), w->ne[1], static_cast<int>(w->ne[0]), xs,
+                       static_cast<int>(n_rows), out, g0, g1);
         } else {
             vec_dot_rows(w, xs, n_rows, out, w->ne[1] * ith / nth, w->ne[1] * (ith + 1) / nth);
         }
@@ -227,8 +236,8 @@ public:
         // to) stays with llama.cpp: localspec's heads read it.
         if (w->buffer && w->buffer->size == 0) {
             const int scope = claimed.load();
-            const bool taken = scope == BodyKernelClaim::All ||
-                               (scope == BodyKernelClaim::Unrepacked && (w->type == GGML_TYPE_Q8_0 || w->type == GGML_TYPE_Q5_0));
+            const bool faster = w->type == GGML_TYPE_Q8_0 || w->type == GGML_TYPE_Q5_0 || packs_q4k(w);
+            const bool taken = scope == BodyKernelClaim::All || (scope == BodyKernelClaim::Faster && faster);
             return taken && std::strcmp(w->name, "output.weight") != 0 &&
                    std::strcmp(w->name, "token_embd.weight") != 0;
         }
@@ -245,6 +254,11 @@ public:
 void set_tensor(ggml_backend_buffer_t, ggml_tensor* tensor, const void* data, size_t offset, size_t size) {
     GGML_ASSERT(offset == 0 && size == ggml_nbytes(tensor));  // whole tensors, as llama.cpp loads them
     ++tensors;
+    if (packs_q4k(tensor)) {
+        q4k_pack(static_cast<const Q4KBlock*>(data), tensor->ne[1], static_cast<int>(tensor->ne[0]),
+                 static_cast<uint8_t*>(tensor->data));
+        return;
+    }
     if (!widens_to_int8(tensor->type)) {
         std::memcpy(tensor->data, data, size);
         return;
@@ -261,7 +275,8 @@ void set_tensor(ggml_backend_buffer_t, ggml_tensor* tensor, const void* data, si
 }
 
 void get_tensor(ggml_backend_buffer_t, const ggml_tensor* tensor, void* data, size_t offset, size_t size) {
-    GGML_ASSERT(!widens_to_int8(tensor->type) && "localspec's packed body weights cannot be read back");
+    GGML_ASSERT(!widens_to_int8(tensor->type) && !packs_q4k(tensor) &&
+                "localspec's packed body weights cannot be read back");
     std::memcpy(data, static_cast<const char*>(tensor->data) + offset, size);
 }
 
@@ -278,6 +293,7 @@ ggml_backend_buffer_t alloc_buffer(ggml_backend_buffer_type_t buft, size_t size)
 }
 
 size_t alloc_size(ggml_backend_buffer_type_t, const ggml_tensor* tensor) {
+    if (packs_q4k(tensor)) return q4k_packed_bytes(tensor->ne[1], static_cast<int>(tensor->ne[0]));
     if (!widens_to_int8(tensor->type)) return ggml_nbytes(tensor);
     const int n_in = static_cast<int>(tensor->ne[0]);
     return q8_packed_weight_bytes(tensor->ne[1], n_in) + q8_packed_scale_bytes(tensor->ne[1], n_in);
@@ -332,7 +348,7 @@ long body_kernel_tensors() { return tensors.load(); }
 
 std::vector<float> body_matmul_via_ggml(const std::string& type_name, const std::vector<uint8_t>& weights,
                                         int64_t n_out, int n_in, const std::vector<float>& x, int n_threads,
-                                        bool localspec_buffer) {
+                                        bool localspec_buffer, int repeat) {
     ggml_type type = GGML_TYPE_COUNT;
     for (int t = 0; t < GGML_TYPE_COUNT; ++t) {
         const char* name = ggml_type_name(static_cast<ggml_type>(t));
@@ -357,7 +373,7 @@ std::vector<float> body_matmul_via_ggml(const std::string& type_name, const std:
     ggml_backend_tensor_set(xs, x.data(), 0, x.size() * sizeof(float));
     ggml_backend_t backend = ggml_backend_cpu_init();
     ggml_backend_cpu_set_n_threads(backend, n_threads);
-    ggml_backend_graph_compute(backend, graph);
+    for (int i = 0; i < std::max(1, repeat); ++i) ggml_backend_graph_compute(backend, graph);
     std::vector<float> out(static_cast<size_t>(n_out * n_rows));
     ggml_backend_tensor_get(y, out.data(), 0, out.size() * sizeof(float));
     ggml_backend_free(backend);

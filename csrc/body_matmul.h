@@ -31,9 +31,10 @@ bool body_kernels_available();
 class BodyKernelClaim {
 public:
     enum Scope {
-        // Q8_0 and Q5_0 only: the types llama.cpp never repacks on x86 (it multiplies them with
-        // llamafile's sgemm), which the int8 kernel computes faster. The rest stays llama.cpp's.
-        Unrepacked = 1,
+        // The types localspec's kernels multiply faster than llama.cpp's on this CPU, for one row
+        // and for many: Q8_0 and Q5_0 (llama.cpp: llamafile's sgemm) and Q4_K (llama.cpp: its
+        // repacked layout). The rest stays llama.cpp's.
+        Faster = 1,
         // Every quantized matrix: what exact mode needs (no repacked layout may compute a row).
         All = 2,
     };
@@ -49,9 +50,10 @@ long body_kernel_tensors();
 
 // y = W x through a real ggml graph on the CPU backend, W (n_out rows of n_in values, ggml type
 // `type_name`, its raw bytes) in localspec's buffer type or, for comparison, ggml's own; x holds
-// rows of n_in floats. Returns the rows of y, n_out values each (tests).
+// rows of n_in floats. Returns the rows of y, n_out values each (tests; `repeat` computes the
+// graph that many times, for timing the product without its setup).
 std::vector<float> body_matmul_via_ggml(const std::string& type_name, const std::vector<uint8_t>& weights,
                                         int64_t n_out, int n_in, const std::vector<float>& x, int n_threads,
-                                        bool localspec_buffer);
+                                        bool localspec_buffer, int repeat = 1);
 
 }  // namespace localspec

@@ -41,7 +41,7 @@ std::shared_ptr<Model> load_target(const EngineOptions& options) {
     // workers are local; over RPC a worker computes its layers itself.
     model.body_kernels = !options.rpc.empty() ? 0
                          : options.exact      ? BodyKernelClaim::All
-                         : options.fast_body && options.repack ? BodyKernelClaim::Unrepacked
+                         : options.fast_body && options.repack ? BodyKernelClaim::Faster
                                               : 0;
     model.load_mtp = options.drafter == "mtp";
     model.rpc = options.rpc;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ggml-cpu.h"
+#include "int8_rows.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -19,35 +20,6 @@ namespace localspec {
 // ---- hidden states as Q8_0 (ggml's quantize_row_q8_0) ---------------------------------------
 
 namespace {
-
-struct QuantizedRows {
-    int n_rows = 0, n_blocks = 0;
-    std::vector<Q8Block> blocks;  // ggml's own Q8_0 blocks, before unpacking
-    std::vector<int32_t> words;  // [row][block][8]: the 32 int8 values, 4 per int32
-    std::vector<int32_t> offset;  // [row][block]: -128 * sum of the block's values
-    std::vector<float> scale;  // [row][block]: d as stored (fp16) and read back
-};
-
-// ggml's own quantize_row_q8_0 (the one its Q8_0 dot products use), unpacked for the kernel.
-// Fills `q` in place: a caller that keeps it (one per thread) allocates once.
-void quantize_rows_into(QuantizedRows& q, const float* hidden, int n_rows, int n_embd) {
-    q.n_rows = n_rows;
-    q.n_blocks = n_embd / 32;
-    const size_t n_all = static_cast<size_t>(n_rows) * static_cast<size_t>(q.n_blocks);
-    q.blocks.resize(n_all);
-    ggml_get_type_traits_cpu(GGML_TYPE_Q8_0)->from_float(hidden, q.blocks.data(),
-                                                         static_cast<int64_t>(n_all) * 32);
-    q.words.resize(n_all * 8);
-    q.offset.resize(n_all);
-    q.scale.resize(n_all);
-    for (size_t rb = 0; rb < n_all; ++rb) {
-        int sum = 0;
-        for (int8_t v : q.blocks[rb].qs) sum += v;
-        std::memcpy(&q.words[rb * 8], q.blocks[rb].qs, 32);
-        q.offset[rb] = -128 * sum;
-        q.scale[rb] = fp16_to_fp32(q.blocks[rb].d);
-    }
-}
 
 QuantizedRows quantize_rows(const float* hidden, int n_rows, int n_embd) {
     QuantizedRows q;

@@ -337,6 +337,7 @@ class _Testing:
         x: npt.NDArray[np.float32],
         n_threads: int,
         localspec: bool,
+        repeat: int = 1,
     ) -> npt.NDArray[np.float32]: ...
     @staticmethod
     def q8_head_packed_bytes(n_vocab: int, n_embd: int) -> int: ...

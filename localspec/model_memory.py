@@ -23,15 +23,17 @@ DEFAULT_UBATCH = 512
 HEAD_UBATCH = 64  # rows per pass of an EAGLE-3 head's or MTP layers' context (the core)
 _INPUT_PREFIXES = ("token_embd.", "position_embd.", "token_types.", "per_layer_token_embd.")
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
-# Body matrices localspec's kernels hold as int8 (csrc/body_matmul.h): 34 bytes per 32 values
-# (as Q8_0) instead of the file's bytes per block.
-_WIDENED_BLOCK_BYTES = {"Q5_0": 22, "Q4_0": 18}
+# Body matrices localspec's kernels hold in their own layouts (csrc/body_matmul.h): bytes per
+# block in the file, bytes per block in localspec's copy (Q5_0 and Q4_0 widened to int8 as
+# Q8_0; Q4_K with its scales unpacked, q4k_matmul.h).
+_PACKED_BLOCK_BYTES = {"Q5_0": (22, 34), "Q4_0": (18, 34), "Q4_K": (144, 148)}
 
 
 def widened_types(*, exact: bool, fast_body: bool) -> tuple[str, ...]:
-    """The body matrix types localspec's kernels widen (csrc/body_matmul.h, BodyKernelClaim):
-    every quantized matrix is theirs in exact mode, Q8_0 and Q5_0 with ``fast_body``."""
-    return ("Q5_0", "Q4_0") if exact else ("Q5_0",) if fast_body else ()
+    """The body matrix types localspec's kernels hold in a larger layout (csrc/body_matmul.h,
+    BodyKernelClaim): in exact mode every quantized matrix is theirs, with ``fast_body`` Q8_0,
+    Q5_0 and Q4_K."""
+    return ("Q5_0", "Q4_0", "Q4_K") if exact else ("Q5_0", "Q4_K") if fast_body else ()
 
 @dataclass(frozen=True)
 class ModelMemory:
@@ -103,9 +105,9 @@ class ModelMemory:
         for tensor in info.tensors:
             match = _LAYER_RE.match(tensor.name)
             if match and int(match.group(1)) < n_layer:
-                block = (_WIDENED_BLOCK_BYTES[tensor.type_name]
-                         if tensor.type_name in widened else None)
-                nbytes = tensor.nbytes // block * 34 if block else tensor.nbytes
+                file_block, packed_block = (_PACKED_BLOCK_BYTES[tensor.type_name]
+                                            if tensor.type_name in widened else (1, 1))
+                nbytes = tensor.nbytes // file_block * packed_block
                 layers[int(match.group(1))] += nbytes
             elif tensor.name.startswith(_INPUT_PREFIXES):
                 input_bytes += tensor.nbytes

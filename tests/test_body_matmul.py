@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType
-from gguf.quants import quantize
+from gguf.quants import dequantize, quantize
 
 from localspec import _core
 
@@ -15,10 +15,13 @@ pytestmark = pytest.mark.skipif(not _core.testing.body_kernels_available(),
                                 reason="localspec's body kernels need x86-64 with AVX2")
 
 N_OUT, N_IN = 72, 512  # 9 groups of 8 rows: uneven over 2 threads
-# Widened to int8 for the head's kernel / ggml's own one-row dot product.
+# Widened to int8 for the head's kernel.
 INT8_TYPES = ["q8_0", "q5_0", "q4_0"]
 # ggml's block layouts: bytes per 256 values and where each block's fp16 scales sit.
 K_TYPES = {"q4_K": (144, [0, 2]), "q5_K": (176, [0, 2]), "q6_K": (210, [208])}
+# Multiplied by localspec's kernels, with x quantized as Q8_0; the rest by ggml's one-row dot
+# product.
+OWN_KERNELS = [*INT8_TYPES, "q4_K"]
 
 
 def weights(type_name: str, rng: np.random.Generator) -> bytes:
@@ -40,19 +43,30 @@ def product(type_name: str, w: bytes, x: np.ndarray, *, threads: int = 2,
     return np.asarray(_core.testing.body_matmul(type_name, w, N_OUT, N_IN, x, threads, localspec))
 
 
+def reference(type_name: str, w: bytes, x: np.ndarray) -> np.ndarray:
+    """W x in float64 from gguf-py's dequantized weights and x quantized as ggml's Q8_0 (what
+    localspec's kernels multiply: only their order of float additions differs)."""
+    qtype = GGMLQuantizationType[type_name.upper()]
+    dense = dequantize(np.frombuffer(w, dtype=np.uint8).reshape(N_OUT, -1), qtype)
+    xq = dequantize(quantize(x, GGMLQuantizationType.Q8_0), GGMLQuantizationType.Q8_0)
+    return xq.astype(np.float64) @ dense.astype(np.float64).T
+
+
 @pytest.mark.parametrize("type_name", INT8_TYPES + list(K_TYPES))
-def test_same_products_as_ggml(type_name: str) -> None:
-    """Against ggml's kernels on the same weights and rows: only the order of float additions
-    may differ (a widening that misreads one bit of a block fails by orders of magnitude)."""
+def test_same_products(type_name: str) -> None:
+    """localspec's kernels against the float64 product of the same quantized numbers, the
+    one-row dot product against ggml's kernels: only the order of float additions may differ (a
+    layout that misreads one bit of a block fails by orders of magnitude)."""
     rng = np.random.default_rng(1)
     w = weights(type_name, rng)
     x = rng.standard_normal((5, N_IN)).astype(np.float32)
     ours = product(type_name, w, x)
-    theirs = product(type_name, w, x, localspec=False)
+    expected = (reference(type_name, w, x) if type_name in OWN_KERNELS
+                else product(type_name, w, x, localspec=False))
     assert ours.shape == (5, N_OUT)
-    scale = np.abs(theirs).max()
+    scale = np.abs(expected).max()
     assert scale > 0
-    np.testing.assert_allclose(ours, theirs, rtol=0, atol=scale * 1e-5)
+    np.testing.assert_allclose(ours, expected, rtol=0, atol=scale * 1e-5)
 
 
 @pytest.mark.parametrize("type_name", INT8_TYPES + list(K_TYPES))
