@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "q4k_matmul.h"
+#include "q6k_head.h"
 #include "q8_head.h"
 
 // ---- ggml's internal interfaces ------------------------------------------------------------
@@ -113,6 +114,12 @@ bool packs_q4k(const ggml_tensor* w) {
     return w->type == GGML_TYPE_Q4_K && w->ne[0] % 256 == 0 && q4k_matmul_supported();
 }
 
+// Q6_K weights of whole super-blocks: the Q6_K output head's kernel (q6k_head.h), 6-bit values
+// widened to bytes.
+bool packs_q6k(const ggml_tensor* w) {
+    return w->type == GGML_TYPE_Q6_K && w->ne[0] % 256 == 0 && Q8Head::cpu_supported();
+}
+
 // Weights computed with ggml's one-row dot product (any quantized type that has one).
 bool has_vec_dot(ggml_type type) {
     const ggml_type_traits_cpu* traits = ggml_get_type_traits_cpu(type);
@@ -209,6 +216,9 @@ public:
         } else if (packs_q4k(w)) {
             q4k_matmul(static_cast<const uint8_t*>(w->data), w->ne[1], static_cast<int>(w->ne[0]), xs,
                        static_cast<int>(n_rows), out, g0, g1);
+        } else if (packs_q6k(w)) {
+            q6k_matmul(q6k_view(static_cast<const uint8_t*>(w->data), w->ne[1], static_cast<int>(w->ne[0])), xs,
+                       static_cast<int>(n_rows), out, g0, g1);
         } else {
             vec_dot_rows(w, xs, n_rows, out, w->ne[1] * ith / nth, w->ne[1] * (ith + 1) / nth);
         }
@@ -236,7 +246,7 @@ public:
         // to) stays with llama.cpp: localspec's heads read it.
         if (w->buffer && w->buffer->size == 0) {
             const int scope = claimed.load();
-            const bool faster = w->type == GGML_TYPE_Q8_0 || w->type == GGML_TYPE_Q5_0 || packs_q4k(w);
+            const bool faster = w->type == GGML_TYPE_Q8_0 || w->type == GGML_TYPE_Q5_0;
             const bool taken = scope == BodyKernelClaim::All || (scope == BodyKernelClaim::Faster && faster);
             return taken && std::strcmp(w->name, "output.weight") != 0 &&
                    std::strcmp(w->name, "token_embd.weight") != 0;
@@ -259,6 +269,11 @@ void set_tensor(ggml_backend_buffer_t, ggml_tensor* tensor, const void* data, si
                  static_cast<uint8_t*>(tensor->data));
         return;
     }
+    if (packs_q6k(tensor)) {
+        q6k_pack(static_cast<const Q6KBlock*>(data), tensor->ne[1], static_cast<int>(tensor->ne[0]),
+                 static_cast<uint8_t*>(tensor->data));
+        return;
+    }
     if (!widens_to_int8(tensor->type)) {
         std::memcpy(tensor->data, data, size);
         return;
@@ -275,7 +290,7 @@ void set_tensor(ggml_backend_buffer_t, ggml_tensor* tensor, const void* data, si
 }
 
 void get_tensor(ggml_backend_buffer_t, const ggml_tensor* tensor, void* data, size_t offset, size_t size) {
-    GGML_ASSERT(!widens_to_int8(tensor->type) && !packs_q4k(tensor) &&
+    GGML_ASSERT(!widens_to_int8(tensor->type) && !packs_q4k(tensor) && !packs_q6k(tensor) &&
                 "localspec's packed body weights cannot be read back");
     std::memcpy(data, static_cast<const char*>(tensor->data) + offset, size);
 }
@@ -294,6 +309,7 @@ ggml_backend_buffer_t alloc_buffer(ggml_backend_buffer_type_t buft, size_t size)
 
 size_t alloc_size(ggml_backend_buffer_type_t, const ggml_tensor* tensor) {
     if (packs_q4k(tensor)) return q4k_packed_bytes(tensor->ne[1], static_cast<int>(tensor->ne[0]));
+    if (packs_q6k(tensor)) return q6k_packed_bytes(tensor->ne[1], static_cast<int>(tensor->ne[0]));
     if (!widens_to_int8(tensor->type)) return ggml_nbytes(tensor);
     const int n_in = static_cast<int>(tensor->ne[0]);
     return q8_packed_weight_bytes(tensor->ne[1], n_in) + q8_packed_scale_bytes(tensor->ne[1], n_in);

@@ -5,12 +5,16 @@
 //
 // Why: exact mode (docs/exact.md) needs every row of a pass to get the same bits whatever the
 // number of rows. ggml's reference kernels give that but sum each block's 8 lanes in float, one
-// conversion and one multiply-add per 32 products. Here Q8_0, Q5_0 and Q4_0 weights are widened
-// to int8 and multiplied by the output head's VNNI kernel (q8_head.h), which sums a block's 32
-// products exactly in integers and adds one float per block: each output is one chain over its
-// blocks in a fixed order, so a row's bits never depend on the batch, and rows cost less.
-// Other quantized types go through ggml's own one-row dot product (vec_dot), row by row: batch
-// invariant too, at ggml's one-row speed.
+// conversion and one multiply-add per 32 products. localspec's kernels sum a block's products
+// exactly in integers (VNNI's multiply-add, 4 products per lane) and add one float per block:
+// each output is one chain over its blocks in a fixed order, so a row's bits never depend on the
+// batch, and rows cost less. Q8_0, Q5_0 and Q4_0 weights are widened to int8 for the output
+// head's kernel (q8_head.h); Q4_K has its own (q4k_matmul.h); Q6_K uses the Q6_K head's
+// (q6k_head.h). Other quantized types go through ggml's own one-row dot product (vec_dot), row
+// by row: batch invariant too, at ggml's one-row speed.
+//
+// Default mode uses the Q8_0 and Q5_0 kernel too (faster than llama.cpp's for any row count
+// here); exact mode every kernel (BodyKernelClaim).
 #pragma once
 
 #include <cstdint>
@@ -31,9 +35,9 @@ bool body_kernels_available();
 class BodyKernelClaim {
 public:
     enum Scope {
-        // The types localspec's kernels multiply faster than llama.cpp's on this CPU, for one row
-        // and for many: Q8_0 and Q5_0 (llama.cpp: llamafile's sgemm) and Q4_K (llama.cpp: its
-        // repacked layout). The rest stays llama.cpp's.
+        // The types localspec's kernels multiply faster than llama.cpp's for one row and for a
+        // prompt's hundreds, small matrices and large: Q8_0 and Q5_0 (llama.cpp: llamafile's
+        // sgemm). The rest stays llama.cpp's (its Q4_K kernels win on large prompts).
         Faster = 1,
         // Every quantized matrix: what exact mode needs (no repacked layout may compute a row).
         All = 2,

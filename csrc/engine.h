@@ -41,7 +41,7 @@ struct EngineOptions {
     float draft_p_min = 0.4f;  // model drafter stops when its top probability falls below this
     int controller_k_max = kAutoDraftMax;  // the longest draft the adaptive controller may choose
     bool fast_head = true;  // logits from localspec's Q8_0 head when possible (target and draft)
-    // The target's Q8_0, Q5_0 and Q4_K body matrices multiplied by localspec's int8 kernels
+    // The target's Q8_0 and Q5_0 body matrices multiplied by localspec's int8 kernel
     // (body_matmul.h) where this CPU runs it, unless `repack` is off (the weights then keep
     // their file layout); exact mode puts every quantized matrix there.
     bool fast_body = true;

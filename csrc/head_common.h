@@ -53,19 +53,23 @@ private:
 // than competing with them; otherwise on fresh threads.
 void split_over_threads(int64_t n_items, int n_threads, const std::function<void(int64_t, int64_t)>& run);
 
-// Runs a head's kernel over vocabulary groups g0 .. g1 (8 rows each): for each group, the
-// hidden rows in equal tiles of at most sizeof...(TILES) rows (9 rows: 5 + 4, not 8 + 1); TILES[r - 1]
-// computes a tile of r rows, and the group's weights stay in cache between its tiles.
+// Runs a kernel over output groups g0 .. g1 (8 rows each) and the rows of x in equal tiles of
+// at most sizeof...(TILES) rows (9 rows: 5 + 4, not 8 + 1); TILES[r - 1] computes a tile of r
+// rows for one group. Groups go in blocks of kGroupBlock whose weights stay in cache while every
+// tile passes over them (a prompt's hundreds of rows), and a tile's rows stay in cache over the
+// block. The order changes no bits: each output is summed within one tile call.
+constexpr int64_t kGroupBlock = 16;
 template <typename Job, void (*... TILES)(const Job&, int64_t, int)>
 void run_groups(const Job& job, int64_t g0, int64_t g1) {
     constexpr void (*tiles[])(const Job&, int64_t, int) = {TILES...};
     constexpr int max_rows = static_cast<int>(sizeof...(TILES));
     const int n_rows = job.q->n_rows;
     const int n_tiles = (n_rows + max_rows - 1) / max_rows;
-    for (int64_t g = g0; g < g1; ++g) {
+    for (int64_t b0 = g0; b0 < g1; b0 += kGroupBlock) {
+        const int64_t b1 = std::min(g1, b0 + kGroupBlock);
         for (int t = 0, j = 0; t < n_tiles; ++t) {
             const int rows = (n_rows - j) / (n_tiles - t);
-            tiles[rows - 1](job, g, j);
+            for (int64_t g = b0; g < b1; ++g) tiles[rows - 1](job, g, j);
             j += rows;
         }
     }

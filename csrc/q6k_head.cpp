@@ -50,17 +50,18 @@ struct Q8KBlock {
 static_assert(sizeof(Q8KBlock) == 292, "block_q8_K is 292 bytes");
 
 // ggml's own quantize_row_q8_K (the one its Q6_K dot product uses), unpacked for the kernel.
-Q8KRows quantize_q8k(const float* hidden, int n_rows, int n_embd) {
-    Q8KRows q;
+// Fills `q` in place: a caller that keeps it (one per thread) allocates once.
+void quantize_q8k_into(Q8KRows& q, const float* hidden, int n_rows, int n_embd) {
     q.n_rows = n_rows;
     q.n_super = n_embd / 256;
     const size_t n_all = static_cast<size_t>(n_rows) * static_cast<size_t>(q.n_super);
-    std::vector<Q8KBlock> blocks(n_all);
+    thread_local std::vector<Q8KBlock> blocks;
+    blocks.resize(n_all);
     ggml_get_type_traits_cpu(GGML_TYPE_Q8_K)->from_float(hidden, blocks.data(),
                                                          static_cast<int64_t>(n_all) * 256);
-    q.words.assign(n_all * 64, 0);
-    q.offset.assign(n_all * 16, 0);
-    q.scale.assign(n_all, 0.0f);
+    q.words.resize(n_all * 64);
+    q.offset.resize(n_all * 16);
+    q.scale.resize(n_all);
     for (size_t rs = 0; rs < n_all; ++rs) {
         const Q8KBlock& block = blocks[rs];
         std::memcpy(&q.words[rs * 64], block.qs, 256);
@@ -71,6 +72,11 @@ Q8KRows quantize_q8k(const float* hidden, int n_rows, int n_embd) {
         }
         q.scale[rs] = block.d;
     }
+}
+
+Q8KRows quantize_q8k(const float* hidden, int n_rows, int n_embd) {
+    Q8KRows q;
+    quantize_q8k_into(q, hidden, n_rows, n_embd);
     return q;
 }
 
@@ -121,14 +127,50 @@ struct Q6KHead::Packed {
     Run run = nullptr;  // the fastest kernel this CPU runs, chosen when the head is made
     int64_t n_groups = 0;
     int n_super = 0;
-    std::unique_ptr<HugePageBuffer> weights;  // [group][super][j][k][lane][4]
-    std::vector<int8_t> scales;  // [group][super][j][lane]
-    std::vector<uint16_t> d;  // [group][super][lane]: fp16
+    // q6k_pack's layout: [group][super][j][k][lane][4] values, then [group][super][j][lane]
+    // scales, then [group][super][lane] fp16 d.
+    std::unique_ptr<HugePageBuffer> packed;
+    Q6KPackedMatrix view{};
 };
 
-uint64_t Q6KHead::packed_bytes(int64_t n_vocab, int n_embd) {
-    const uint64_t groups = static_cast<uint64_t>((n_vocab + 7) / 8);
-    return groups * static_cast<uint64_t>(n_embd / 256) * (2048 + 128 + 16);
+uint64_t Q6KHead::packed_bytes(int64_t n_vocab, int n_embd) { return q6k_packed_bytes(n_vocab, n_embd); }
+
+uint64_t q6k_packed_bytes(int64_t n_out, int n_in) {
+    return static_cast<uint64_t>((n_out + 7) / 8) * static_cast<uint64_t>(n_in / 256) * (2048 + 128 + 16);
+}
+
+Q6KPackedMatrix q6k_view(const uint8_t* packed, int64_t n_out, int n_in) {
+    const size_t group_supers = static_cast<size_t>((n_out + 7) / 8) * static_cast<size_t>(n_in / 256);
+    return {packed, reinterpret_cast<const int8_t*>(packed + group_supers * 2048),
+            reinterpret_cast<const uint16_t*>(packed + group_supers * (2048 + 128)), n_out, n_in};
+}
+
+void q6k_pack(const Q6KBlock* rows, int64_t n_out, int n_in, uint8_t* packed) {
+    const Q6KPackedMatrix m = q6k_view(packed, n_out, n_in);
+    auto* weights = const_cast<uint8_t*>(m.weights);
+    auto* scales = const_cast<int8_t*>(m.scales);
+    auto* d = const_cast<uint16_t*>(m.d);
+    const int n_super = n_in / 256;
+    const size_t group_supers = static_cast<size_t>((n_out + 7) / 8) * static_cast<size_t>(n_super);
+    std::memset(weights, 32, group_supers * 2048);  // padding rows: q = 32, w = 0
+    std::memset(scales, 0, group_supers * 128);
+    std::memset(d, 0, group_supers * 16);
+    for (int64_t v = 0; v < n_out; ++v) {
+        const size_t g = static_cast<size_t>(v / 8), lane = static_cast<size_t>(v % 8);
+        for (int s = 0; s < n_super; ++s) {
+            const Q6KBlock& block = rows[v * n_super + s];
+            const size_t gs = g * static_cast<size_t>(n_super) + static_cast<size_t>(s);
+            uint8_t q[256];
+            q6k_unpack(block, q);
+            d[gs * 8 + lane] = block.d;
+            for (size_t j = 0; j < 16; ++j) {
+                scales[(gs * 16 + j) * 8 + lane] = block.scales[j];
+                for (size_t i = 0; i < 16; ++i) {
+                    weights[((gs * 16 + j) * 4 + i / 4) * 32 + lane * 4 + i % 4] = q[16 * j + i];
+                }
+            }
+        }
+    }
 }
 
 Q6KHead::Q6KHead(const Q6KBlock* rows, int64_t n_vocab, int n_embd)
@@ -138,28 +180,9 @@ Q6KHead::Q6KHead(const Q6KBlock* rows, int64_t n_vocab, int n_embd)
     p.run = kernels().pick("");
     p.n_groups = (n_vocab + 7) / 8;
     p.n_super = n_embd / 256;
-    const size_t n_group_supers = static_cast<size_t>(p.n_groups) * static_cast<size_t>(p.n_super);
-    p.weights = std::make_unique<HugePageBuffer>(n_group_supers * 2048);
-    uint8_t* packed = p.weights->data();
-    std::memset(packed, 32, p.weights->size());  // padding rows: q = 32, w = 0
-    p.scales.assign(n_group_supers * 128, 0);
-    p.d.assign(n_group_supers * 8, 0);
-    for (int64_t v = 0; v < n_vocab; ++v) {
-        const size_t g = static_cast<size_t>(v / 8), lane = static_cast<size_t>(v % 8);
-        for (int s = 0; s < p.n_super; ++s) {
-            const Q6KBlock& block = rows[v * p.n_super + s];
-            const size_t gs = g * static_cast<size_t>(p.n_super) + static_cast<size_t>(s);
-            uint8_t q[256];
-            q6k_unpack(block, q);
-            p.d[gs * 8 + lane] = block.d;
-            for (size_t j = 0; j < 16; ++j) {
-                p.scales[(gs * 16 + j) * 8 + lane] = block.scales[j];
-                for (size_t i = 0; i < 16; ++i) {
-                    packed[((gs * 16 + j) * 4 + i / 4) * 32 + lane * 4 + i % 4] = q[16 * j + i];
-                }
-            }
-        }
-    }
+    p.packed = std::make_unique<HugePageBuffer>(q6k_packed_bytes(n_vocab, n_embd));
+    q6k_pack(rows, n_vocab, n_embd, p.packed->data());
+    p.view = q6k_view(p.packed->data(), n_vocab, n_embd);
 }
 
 Q6KHead::~Q6KHead() = default;
@@ -264,15 +287,24 @@ void Q6KHead::compute(const float* hidden, int n_rows, float* logits, int n_thre
     if (!run) throw std::invalid_argument("this CPU cannot run the Q6_K head kernel '" + kernel + "'");
     const Q8KRows q = quantize_q8k(hidden, n_rows, n_embd_);
     const Packed& p = *packed_;
-    const Job job{p.weights->data(), p.scales.data(), p.d.data(), p.n_super, &q, n_vocab_, logits};
+    const Job job{p.view.weights, p.view.scales, p.view.d, p.n_super, &q, n_vocab_, logits};
     split_over_threads(p.n_groups, n_threads, [&](int64_t g0, int64_t g1) { run(job, g0, g1); });
 }
 
 void Q6KHead::compute_ids(const float* hidden, const std::vector<int32_t>& ids, float* logits) const {
     const Q8KRows q = quantize_q8k(hidden, 1, n_embd_);
     const Packed& p = *packed_;
-    const Job job{p.weights->data(), p.scales.data(), p.d.data(), p.n_super, &q, n_vocab_, logits};
+    const Job job{p.view.weights, p.view.scales, p.view.d, p.n_super, &q, n_vocab_, logits};
     for_groups_of(ids, n_vocab_, [&](int64_t g) { p.run(job, g, g + 1); });
+}
+
+void q6k_matmul(const Q6KPackedMatrix& m, const float* x, int n_rows, float* out, int64_t g0, int64_t g1) {
+    static const Run run = kernels().pick("");
+    if (!run) throw std::logic_error("q6k_matmul needs x86-64 with AVX2");
+    thread_local Q8KRows q;  // one per ggml worker thread: no allocation per call
+    quantize_q8k_into(q, x, n_rows, m.n_in);
+    const Job job{m.weights, m.scales, m.d, m.n_in / 256, &q, m.n_out, out};
+    run(job, g0, g1);
 }
 
 }  // namespace localspec

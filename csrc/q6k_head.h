@@ -35,6 +35,22 @@ static_assert(sizeof(Q6KBlock) == 210, "block_q6_K is 210 bytes");
 // The 256 unsigned 6-bit values q_k (0..63) of a block, in weight order.
 void q6k_unpack(const Q6KBlock& block, uint8_t out[256]);
 
+// The same kernel on a matrix whose packed bytes live elsewhere (body_matmul.cpp keeps them in
+// ggml's buffers): n_out rows of n_in / 256 blocks.
+struct Q6KPackedMatrix {
+    const uint8_t* weights;  // [group of 8 rows][super][j][k][lane][4]: unsigned 6-bit values
+    const int8_t* scales;  // [group][super][j][lane]
+    const uint16_t* d;  // [group][super][lane], fp16
+    int64_t n_out;
+    int n_in;
+};
+uint64_t q6k_packed_bytes(int64_t n_out, int n_in);
+void q6k_pack(const Q6KBlock* rows, int64_t n_out, int n_in, uint8_t* packed);
+Q6KPackedMatrix q6k_view(const uint8_t* packed, int64_t n_out, int n_in);
+// out[j * n_out + o] = row o . x row j for the rows o of 8-row groups g0 .. g1, x quantized as
+// ggml's Q8_K: every output one sum in a fixed order, the same bits in every batch.
+void q6k_matmul(const Q6KPackedMatrix& m, const float* x, int n_rows, float* out, int64_t g0, int64_t g1);
+
 class Q6KHead : public OutputHead {
 public:
     static std::vector<std::string> kernel_names();  // as Q8Head's, fastest first

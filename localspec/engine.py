@@ -98,7 +98,7 @@ class Engine:
         temperature > 0, else drafts greedily), ``draft_p_min`` (a draft model stops drafting
         when its most likely token is below this probability), ``fast_head`` (logits from
         localspec's Q8_0/Q6_K CPU head where it applies), ``fast_body`` (the body's
-        Q8_0/Q5_0/Q4_K matrices by localspec's CPU kernels), ``kv_type``, ``repack`` (llama.cpp's
+        Q8_0/Q5_0 matrices by localspec's CPU kernel), ``kv_type``, ``repack`` (llama.cpp's
         repacked CPU weight layouts), ``exact`` (batch-invariant
         target passes, so speculative output equals plain output bit for bit: docs/exact.md),
         ``parallel`` (generations that share each target pass: localspec.engine_loop) and

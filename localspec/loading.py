@@ -55,7 +55,7 @@ class LoadOptions:
     # Logits from localspec's own Q8_0 or Q6_K head on the CPU (csrc/q8_head.h, q6k_head.h)
     # when the model's head allows it; False: always llama.cpp's.
     fast_head: bool = True
-    # The target's Q8_0, Q5_0 and Q4_K body matrices multiplied by localspec's int8 kernels
+    # The target's Q8_0 and Q5_0 body matrices multiplied by localspec's int8 kernel
     # (csrc/body_matmul.h) where this CPU runs it and ``repack`` holds; False: llama.cpp's
     # (exact mode always uses localspec's, for every quantized matrix).
     fast_body: bool = True

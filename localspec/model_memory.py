@@ -25,15 +25,15 @@ _INPUT_PREFIXES = ("token_embd.", "position_embd.", "token_types.", "per_layer_t
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
 # Body matrices localspec's kernels hold in their own layouts (csrc/body_matmul.h): bytes per
 # block in the file, bytes per block in localspec's copy (Q5_0 and Q4_0 widened to int8 as
-# Q8_0; Q4_K with its scales unpacked, q4k_matmul.h).
-_PACKED_BLOCK_BYTES = {"Q5_0": (22, 34), "Q4_0": (18, 34), "Q4_K": (144, 148)}
+# Q8_0; Q4_K with its scales unpacked, q4k_matmul.h; Q6_K's values as bytes, q6k_head.h).
+_PACKED_BLOCK_BYTES = {"Q5_0": (22, 34), "Q4_0": (18, 34), "Q4_K": (144, 148), "Q6_K": (210, 274)}
 
 
 def widened_types(*, exact: bool, fast_body: bool) -> tuple[str, ...]:
     """The body matrix types localspec's kernels hold in a larger layout (csrc/body_matmul.h,
-    BodyKernelClaim): in exact mode every quantized matrix is theirs, with ``fast_body`` Q8_0,
-    Q5_0 and Q4_K."""
-    return ("Q5_0", "Q4_0", "Q4_K") if exact else ("Q5_0", "Q4_K") if fast_body else ()
+    BodyKernelClaim): in exact mode every quantized matrix is theirs, with ``fast_body`` Q8_0
+    and Q5_0."""
+    return ("Q5_0", "Q4_0", "Q4_K", "Q6_K") if exact else ("Q5_0",) if fast_body else ()
 
 @dataclass(frozen=True)
 class ModelMemory:

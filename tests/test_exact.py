@@ -82,7 +82,7 @@ def body_matrices(path: Path, types: set[str] | None = None) -> int:
 def test_exact_mode_computes_the_body_with_localspec_kernels(wide_models: dict[str, Path],
                                                              qtype: str) -> None:
     """An exact target puts every quantized body matrix in localspec's buffer type
-    (csrc/body_matmul.h); a default-mode target its Q8_0, Q5_0 and Q4_K ones (llama.cpp's for the
+    (csrc/body_matmul.h); a default-mode target its Q8_0 and Q5_0 ones (llama.cpp's for the
     rest), none with ``fast_body=False``."""
     path = wide_models[qtype]
 
@@ -92,7 +92,7 @@ def test_exact_mode_computes_the_body_with_localspec_kernels(wide_models: dict[s
             return _core.testing.body_kernel_tensors() - before
 
     assert placed(fast_body=False) == 0
-    assert placed() == body_matrices(path, {"Q8_0", "Q5_0", "Q4_K"})
+    assert placed() == body_matrices(path, {"Q8_0", "Q5_0"})
     assert placed(exact=True) == body_matrices(path) > (0 if qtype != "F16" else -1)
 
 
@@ -132,11 +132,10 @@ def test_no_repack_keeps_the_one_row_kernels_of_small_passes(
         wide_models: dict[str, Path]) -> None:
     """LoadOptions.repack=False (--no-repack) loads the weights in their file layout: passes of
     up to 7 rows then give every row its single-token bits, where llama.cpp's repacked Q4_K
-    layout differs from 4 rows (docs/exact.md's table). So do localspec's Q4_K kernel (the
-    default, fast_body) and every kernel of exact mode."""
+    layout differs from 4 rows (docs/exact.md's table). So do exact mode's kernels
+    (localspec's Q4_K and Q6_K kernels here)."""
     loads: dict[str, dict[str, bool]] = {
-        "llama.cpp repacked": {"fast_body": False}, "file layout": {"repack": False},
-        "localspec": {}, "exact": {"exact": True}}
+        "llama.cpp repacked": {}, "file layout": {"repack": False}, "exact": {"exact": True}}
     small: dict[str, list[int]] = {}
     for name, options in loads.items():
         with Engine.load(wide_models["Q4_K_M"], draft="none", n_ctx=1024, n_threads=1,
@@ -144,7 +143,7 @@ def test_no_repack_keeps_the_one_row_kernels_of_small_passes(
             rows = differing_row_counts(engine, _tokens(engine, 48))
             small[name] = [r for r in rows if r < 8]
     assert small["llama.cpp repacked"]
-    assert small["file layout"] == small["localspec"] == small["exact"] == []
+    assert small["file layout"] == small["exact"] == []
 
 
 @pytest.fixture(scope="module")
@@ -368,7 +367,7 @@ def test_exact_mode_refuses_to_run_the_target_on_a_gpu() -> None:
 
 def test_bench_compares_llama_cpp_body_kernels_with_localspecs(wide_models: dict[str, Path],
                                                                prompt_file: Path) -> None:
-    """--modes llama-body,default: the same pair with the body's Q8_0/Q5_0/Q4_K matrices by
+    """--modes llama-body,default: the same pair with the body's Q8_0/Q5_0 matrices by
     llama.cpp's kernels and by localspec's, each in its own process, default / llama-body."""
     proc = cli("bench", "--target", str(wide_models["Q8_0"]), "--draft", "ngram",
                "--max-tokens", "16", "--json", "--prompts", str(prompt_file), "--repeat", "1",

@@ -112,8 +112,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, positional_pair: boo
                        help="compute logits with llama.cpp's own output head (default: "
                        "localspec's faster CPU head where it applies)")
     group.add_argument("--llama-body", action="store_true",
-                       help="multiply the target's Q8_0, Q5_0 and Q4_K body matrices with "
-                       "llama.cpp's "
+                       help="multiply the target's Q8_0 and Q5_0 body matrices with llama.cpp's "
                        "kernels (default: localspec's faster CPU kernel where it applies)")
     group.add_argument("--rpc", type=rpc_arg, default=None, metavar="HOST:PORT[,HOST:PORT...]",
                        help="spread the target's layers over these `localspec rpc-worker`s "
