@@ -6,11 +6,8 @@
 
 #include "head_common.h"
 #include "int8_rows.h"
+#include "int8_tiles.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define LOCALSPEC_X86 1
-#endif
 
 namespace localspec {
 
@@ -76,12 +73,6 @@ using Run = void (*)(const Job&, int64_t, int64_t);
 
 #ifdef LOCALSPEC_X86
 
-// acc + the sums of 4 products of unsigned bytes w (0..15) and signed bytes x per 32-bit lane,
-// without VNNI: every pair of products fits in 16 bits (2 * 15 * 127).
-__attribute__((target("avx2"))) inline __m256i dot_unsigned_avx2(__m256i acc, __m256i w, __m256i x) {
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
-}
-
 #define LOCALSPEC_UNROLL _Pragma("GCC unroll 8")
 
 // One group of 8 output rows against ROWS activation rows (first_row ..). As in the Q8_0
@@ -127,11 +118,8 @@ __attribute__((target("avx2"))) inline __m256i dot_unsigned_avx2(__m256i acc, __
             }                                                                                           \
         }                                                                                               \
         for (int j = 0; j < ROWS; ++j) {                                                                \
-            float* out = job.out + static_cast<size_t>(first_row + j) * job.n_vocab + g * 8;            \
-            const int64_t valid = std::min<int64_t>(8, job.n_vocab - g * 8);                            \
-            alignas(32) float tmp[8];                                                                   \
-            _mm256_store_ps(tmp, acc[j]);                                                               \
-            std::memcpy(out, tmp, sizeof(float) * static_cast<size_t>(valid));                          \
+            store_group(job.out + static_cast<size_t>(first_row + j) * job.n_vocab + g * 8, acc[j],    \
+                        job.n_vocab - g * 8);                                                           \
         }                                                                                               \
     }
 
@@ -142,10 +130,7 @@ LOCALSPEC_Q4K_TILE(tile_avx2, "avx2,fma,f16c", dot_unsigned_avx2)
 #undef LOCALSPEC_UNROLL
 
 HeadKernels<Run> kernels() {
-    return {run_groups<Job, tile_avx512vnni<1>, tile_avx512vnni<2>, tile_avx512vnni<3>, tile_avx512vnni<4>,
-                       tile_avx512vnni<5>, tile_avx512vnni<6>, tile_avx512vnni<7>, tile_avx512vnni<8>>,
-            run_groups<Job, tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>>,
-            run_groups<Job, tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>>};
+    return LOCALSPEC_TILE_KERNELS(Job);
 }
 
 #else

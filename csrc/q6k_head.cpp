@@ -6,12 +6,9 @@
 #include <stdexcept>
 
 #include "ggml-cpu.h"
+#include "int8_tiles.h"
 
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define LOCALSPEC_X86 1
-#endif
 
 namespace localspec {
 
@@ -244,32 +241,19 @@ struct Job {
             }                                                                                        \
         }                                                                                            \
         for (int r = 0; r < ROWS; ++r) {                                                             \
-            float* out = job.logits + static_cast<size_t>(first_row + r) * job.n_vocab + g * 8;      \
-            const int64_t valid = std::min<int64_t>(8, job.n_vocab - g * 8);                         \
-            alignas(32) float tmp[8];                                                                \
-            _mm256_store_ps(tmp, acc[r]);                                                            \
-            std::memcpy(out, tmp, sizeof(float) * static_cast<size_t>(valid));                      \
+            store_group(job.logits + static_cast<size_t>(first_row + r) * job.n_vocab + g * 8, acc[r],  \
+                        job.n_vocab - g * 8);                                                        \
         }                                                                                            \
     }
 
-// acc + the sums of 4 products of unsigned 6-bit weights and signed bytes per 32-bit lane, as
-// VNNI's dpbusd gives them: a pair's sum is at most 2 * 63 * 128, so 16 bits hold it exactly.
-__attribute__((target("avx2"))) inline __m256i dot_u6_avx2(__m256i acc, __m256i w, __m256i x) {
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
-}
-
 LOCALSPEC_Q6K_TILE(tile_avxvnni, "avx2,fma,f16c,avxvnni", _mm256_dpbusd_avx_epi32)
-LOCALSPEC_Q6K_TILE(tile_avx2, "avx2,fma,f16c", dot_u6_avx2)
+LOCALSPEC_Q6K_TILE(tile_avx2, "avx2,fma,f16c", dot_unsigned_avx2)
 LOCALSPEC_Q6K_TILE(tile_avx512vnni, "avx2,fma,f16c,avx512vl,avx512vnni", _mm256_dpbusd_epi32)
 #undef LOCALSPEC_Q6K_TILE
 #undef LOCALSPEC_UNROLL
 
-// Tiles of up to 8 hidden rows with AVX-512's 32 vector registers, 4 with AVX2's 16.
 HeadKernels<Run> kernels() {
-    return {run_groups<Job, tile_avx512vnni<1>, tile_avx512vnni<2>, tile_avx512vnni<3>, tile_avx512vnni<4>,
-                       tile_avx512vnni<5>, tile_avx512vnni<6>, tile_avx512vnni<7>, tile_avx512vnni<8>>,
-            run_groups<Job, tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>>,
-            run_groups<Job, tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>>};
+    return LOCALSPEC_TILE_KERNELS(Job);
 }
 
 #else

@@ -9,11 +9,8 @@
 
 #include "ggml-cpu.h"
 #include "int8_rows.h"
+#include "int8_tiles.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define LOCALSPEC_X86 1
-#endif
 
 namespace localspec {
 
@@ -173,15 +170,8 @@ __attribute__((target("avx2"))) inline __m256i dot_signed_avx2(__m256i acc, __m2
             }                                                                                        \
         }                                                                                            \
         for (int j = 0; j < ROWS; ++j) {                                                             \
-            float* out = job.logits + static_cast<size_t>(first_row + j) * job.n_vocab + g * 8;      \
-            const int64_t valid = std::min<int64_t>(8, job.n_vocab - g * 8);                         \
-            if (valid == 8) {                                                                        \
-                _mm256_storeu_ps(out, acc[j]);                                                       \
-            } else {                                                                                 \
-                alignas(32) float tmp[8];                                                            \
-                _mm256_store_ps(tmp, acc[j]);                                                        \
-                std::memcpy(out, tmp, sizeof(float) * static_cast<size_t>(valid));                  \
-            }                                                                                        \
+            store_group(job.logits + static_cast<size_t>(first_row + j) * job.n_vocab + g * 8, acc[j],  \
+                        job.n_vocab - g * 8);                                                        \
         }                                                                                            \
     }
 
@@ -209,10 +199,7 @@ LOCALSPEC_Q8_TILE(tile_avx2, "avx2,fma,f16c", dot_signed_avx2, LOCALSPEC_AVX2_WE
 // accumulator per row), 4 with AVX2's 16: each group's weights are read once for a whole
 // typical verification batch.
 HeadKernels<Run> kernels() {
-    return {run_groups<Job, tile_avx512vnni<1>, tile_avx512vnni<2>, tile_avx512vnni<3>, tile_avx512vnni<4>,
-                       tile_avx512vnni<5>, tile_avx512vnni<6>, tile_avx512vnni<7>, tile_avx512vnni<8>>,
-            run_groups<Job, tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>>,
-            run_groups<Job, tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>>};
+    return LOCALSPEC_TILE_KERNELS(Job);
 }
 
 #else

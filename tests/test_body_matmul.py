@@ -4,6 +4,9 @@ many rows share the product and of the split over threads."""
 
 from __future__ import annotations
 
+import platform
+from pathlib import Path
+
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType
@@ -11,8 +14,24 @@ from gguf.quants import dequantize, quantize
 
 from localspec import _core
 
-pytestmark = pytest.mark.skipif(not _core.testing.body_kernels_available(),
-                                reason="localspec's body kernels need x86-64 with AVX2")
+
+def cpu_has_avx2() -> bool:
+    try:
+        return " avx2 " in Path("/proc/cpuinfo").read_text() + " "
+    except OSError:
+        return False
+
+
+def test_the_kernels_exist_on_an_avx2_cpu() -> None:
+    """A build that lost its x86 kernels would skip every test below and fall back silently
+    (llama.cpp's head and body kernels): on an x86-64 CPU with AVX2 they must be there."""
+    if not (platform.machine() in ("x86_64", "AMD64") and cpu_has_avx2()):
+        pytest.skip("not an x86-64 CPU with AVX2")
+    assert _core.q8_head_supported() and _core.testing.body_kernels_available()
+
+
+needs_kernels = pytest.mark.skipif(not _core.testing.body_kernels_available(),
+                                   reason="localspec's body kernels need x86-64 with AVX2")
 
 N_OUT, N_IN = 72, 512  # 9 groups of 8 rows: uneven over 2 threads
 # Widened to int8 for the head's kernel.
@@ -52,6 +71,7 @@ def reference(type_name: str, w: bytes, x: np.ndarray) -> np.ndarray:
     return xq.astype(np.float64) @ dense.astype(np.float64).T
 
 
+@needs_kernels
 @pytest.mark.parametrize("type_name", INT8_TYPES + list(K_TYPES))
 def test_same_products(type_name: str) -> None:
     """localspec's kernels against the float64 product of the same quantized numbers, the
@@ -69,6 +89,7 @@ def test_same_products(type_name: str) -> None:
     np.testing.assert_allclose(ours, expected, rtol=0, atol=scale * 1e-5)
 
 
+@needs_kernels
 @pytest.mark.parametrize("type_name", INT8_TYPES + list(K_TYPES))
 def test_rows_are_batch_and_thread_invariant(type_name: str) -> None:
     """Each row of a 1 .. 16-row product has the bits of the same row in a 16-row product, on 1
@@ -83,6 +104,7 @@ def test_rows_are_batch_and_thread_invariant(type_name: str) -> None:
             assert part.tobytes() == full[:n_rows].tobytes(), (n_rows, threads)
 
 
+@needs_kernels
 def test_ggml_own_rows_differ_with_the_batch() -> None:
     """The check above can fail: ggml's own tiled K-quant product sums 8+ rows in another order
     than 1 row (why exact mode needs these kernels or ggml's slower reference path)."""

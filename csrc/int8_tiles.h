@@ -1,0 +1,43 @@
+// What localspec's x86 int8 kernels share (q8_head.cpp, q6k_head.cpp, q4k_matmul.cpp): storing a
+// tile's outputs, AVX2's stand-in for VNNI's unsigned-by-signed multiply-add, and the registry
+// of a kernel's tile sizes per instruction set.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define LOCALSPEC_X86 1
+
+namespace localspec {
+
+// The 8 outputs of one group (out[0..8)), or the first `valid` of them in the last group.
+__attribute__((target("avx"))) inline void store_group(float* out, __m256 acc, int64_t valid) {
+    if (valid >= 8) {
+        _mm256_storeu_ps(out, acc);
+        return;
+    }
+    alignas(32) float tmp[8];
+    _mm256_store_ps(tmp, acc);
+    std::memcpy(out, tmp, sizeof(float) * static_cast<size_t>(std::max<int64_t>(valid, 0)));
+}
+
+// acc + the sums of 4 products of unsigned bytes w and signed bytes x per 32-bit lane, as VNNI's
+// dpbusd gives them, where every pair of products fits in 16 bits (w at most 63: 2 * 63 * 128).
+__attribute__((target("avx2"))) inline __m256i dot_unsigned_avx2(__m256i acc, __m256i w, __m256i x) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
+}
+
+}  // namespace localspec
+
+// A kernel's HeadKernels from its tile templates tile_avx512vnni<R>, tile_avxvnni<R> and
+// tile_avx2<R>: tiles of up to 8 rows with AVX-512's 32 vector registers, 4 with AVX2's 16.
+#define LOCALSPEC_TILE_KERNELS(JOB)                                                                       \
+    {run_groups<JOB, tile_avx512vnni<1>, tile_avx512vnni<2>, tile_avx512vnni<3>, tile_avx512vnni<4>,     \
+                tile_avx512vnni<5>, tile_avx512vnni<6>, tile_avx512vnni<7>, tile_avx512vnni<8>>,         \
+     run_groups<JOB, tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>>,                \
+     run_groups<JOB, tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>>}
+
+#endif
