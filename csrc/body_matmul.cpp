@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -99,8 +100,9 @@ const float* contiguous_rows(const ggml_tensor* x, int64_t n_rows) {
     return copy.data();
 }
 
-// Rows o0 .. o1 of w times every x row, with ggml's one-row dot product.
-void vec_dot_rows(const ggml_tensor* w, const float* x, int64_t n_rows, float* out, int64_t o0, int64_t o1) {
+// The rows of w in the 8-row groups `next` hands out times every x row, with ggml's one-row dot
+// product.
+void vec_dot_rows(const ggml_tensor* w, const float* x, int64_t n_rows, float* out, const GroupRanges& next) {
     const ggml_type_traits_cpu* traits = ggml_get_type_traits_cpu(w->type);
     const int n_in = static_cast<int>(w->ne[0]);
     const size_t row_bytes = ggml_row_size(traits->vec_dot_type, n_in);
@@ -109,12 +111,32 @@ void vec_dot_rows(const ggml_tensor* w, const float* x, int64_t n_rows, float* o
     const auto from_float = ggml_get_type_traits_cpu(traits->vec_dot_type)->from_float;
     for (int64_t j = 0; j < n_rows; ++j) from_float(x + j * n_in, xq.data() + j * row_bytes, n_in);
     const int64_t n_out = w->ne[1];
-    for (int64_t o = o0; o < o1; ++o) {
-        const char* row = static_cast<const char*>(w->data) + o * w->nb[1];
-        for (int64_t j = 0; j < n_rows; ++j) {
-            traits->vec_dot(n_in, out + j * n_out + o, 0, row, 0, xq.data() + j * row_bytes, 0, 1);
+    for (int64_t g0 = 0, g1 = 0; next(g0, g1);) {
+        for (int64_t o = g0 * 8; o < std::min(n_out, g1 * 8); ++o) {
+            const char* row = static_cast<const char*>(w->data) + o * w->nb[1];
+            for (int64_t j = 0; j < n_rows; ++j) {
+                traits->vec_dot(n_in, out + j * n_out + o, 0, row, 0, xq.data() + j * row_bytes, 0, 1);
+            }
         }
     }
+}
+
+// Hands the threads of one ggml op chunks of output groups, 4 per thread, each thread its own
+// first and then whichever is left (ggml's threadpool counter, as its own matmuls do): a thread
+// that the system holds up does not hold up the op.
+GroupRanges chunks_of(ggml_compute_params* params, int64_t groups) {
+    const int nth = params->nth;
+    const int64_t n_chunks = std::max<int64_t>(1, std::min<int64_t>(groups, int64_t{nth} * 4));
+    if (params->ith == 0) ggml_threadpool_chunk_set(params->threadpool, nth);
+    ggml_barrier(params->threadpool);
+    auto chunk = std::make_shared<int64_t>(params->ith);
+    return [=](int64_t& g0, int64_t& g1) {
+        if (*chunk >= n_chunks) return false;
+        g0 = groups * *chunk / n_chunks;
+        g1 = groups * (*chunk + 1) / n_chunks;
+        *chunk = ggml_threadpool_chunk_add(params->threadpool, 1);
+        return true;
+    };
 }
 
 class BodyMatmul : public ggml::cpu::tensor_traits {
@@ -124,26 +146,25 @@ public:
         return true;
     }
 
-    // Called on every ggml worker thread (params->ith of params->nth): each takes its share of
-    // the output rows, whole 8-row groups for the int8 kernel.
+    // Called on every ggml worker thread (params->ith of params->nth): each takes chunks of
+    // whole 8-row output groups (chunks_of).
     bool compute_forward(ggml_compute_params* params, ggml_tensor* op) override {
         const ggml_tensor* w = op->src[0];
         const ggml_tensor* x = op->src[1];
         const int64_t n_rows = x->ne[1] * x->ne[2] * x->ne[3];
         const float* xs = contiguous_rows(x, n_rows);
         auto* out = static_cast<float*>(op->data);
-        const int ith = params->ith, nth = params->nth;
-        const int64_t groups = (w->ne[1] + 7) / 8, g0 = groups * ith / nth, g1 = groups * (ith + 1) / nth;
+        const int n_in = static_cast<int>(w->ne[0]);
+        const auto* data = static_cast<const uint8_t*>(w->data);
+        const GroupRanges next = chunks_of(params, (w->ne[1] + 7) / 8);
         if (widens_to_int8(w->type)) {
-            q8_matmul(packed_view(w), xs, static_cast<int>(n_rows), out, g0, g1);
+            q8_matmul(packed_view(w), xs, static_cast<int>(n_rows), out, next);
         } else if (packs_q4k(w)) {
-            q4k_matmul(static_cast<const uint8_t*>(w->data), w->ne[1], static_cast<int>(w->ne[0]), xs,
-                       static_cast<int>(n_rows), out, g0, g1);
+            q4k_matmul(data, w->ne[1], n_in, xs, static_cast<int>(n_rows), out, next);
         } else if (packs_q6k(w)) {
-            q6k_matmul(q6k_view(static_cast<const uint8_t*>(w->data), w->ne[1], static_cast<int>(w->ne[0])), xs,
-                       static_cast<int>(n_rows), out, g0, g1);
+            q6k_matmul(q6k_view(data, w->ne[1], n_in), xs, static_cast<int>(n_rows), out, next);
         } else {
-            vec_dot_rows(w, xs, n_rows, out, w->ne[1] * ith / nth, w->ne[1] * (ith + 1) / nth);
+            vec_dot_rows(w, xs, n_rows, out, next);
         }
         return true;
     }

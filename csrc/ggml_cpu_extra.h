@@ -57,6 +57,12 @@ struct ggml_backend_buffer {
     enum ggml_backend_buffer_usage usage;
 };
 
+// The CPU backend's thread pool: a barrier and a shared work counter (exported by libggml-cpu).
+struct ggml_threadpool;
+void ggml_barrier(struct ggml_threadpool* tp);
+void ggml_threadpool_chunk_set(struct ggml_threadpool* tp, int value);
+int ggml_threadpool_chunk_add(struct ggml_threadpool* tp, int value);
+
 struct ggml_compute_params {
     int ith, nth;  // this thread, of how many
     size_t wsize;

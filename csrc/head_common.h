@@ -75,6 +75,10 @@ void run_groups(const Job& job, int64_t g0, int64_t g1) {
     }
 }
 
+// The next range of 8-row output groups [g0, g1) a thread computes; false when none is left.
+// Threads that take ranges one after another balance their work (body_matmul.cpp).
+using GroupRanges = std::function<bool(int64_t& g0, int64_t& g1)>;
+
 // Calls run(g) once for each 8-row vocabulary group g that holds one of `ids` (those in
 // 0 .. n_vocab-1): the groups compute_ids runs its head's kernel on.
 template <typename Run>

@@ -144,13 +144,13 @@ HeadKernels<Run> kernels() { return {}; }
 bool q4k_matmul_supported() { return kernels().pick("") != nullptr; }
 
 void q4k_matmul(const uint8_t* packed, int64_t n_out, int n_in, const float* x, int n_rows, float* out,
-                int64_t g0, int64_t g1) {
+                const GroupRanges& next) {
     static const Run run = kernels().pick("");
     if (!run) throw std::logic_error("q4k_matmul needs x86-64 with AVX2");
     thread_local QuantizedRows q;  // one per ggml worker thread: no allocation per call
     quantize_rows_into(q, x, n_rows, n_in);
     const Job job{packed, n_in / 256, &q, n_out, out};
-    run(job, g0, g1);
+    for (int64_t g0 = 0, g1 = 0; next(g0, g1);) run(job, g0, g1);
 }
 
 }  // namespace localspec

@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "head_common.h"
+
 namespace localspec {
 
 // ggml's block_q4_K.
@@ -29,9 +31,9 @@ bool q4k_matmul_supported();
 uint64_t q4k_packed_bytes(int64_t n_out, int n_in);
 // Packs ggml's rows (n_out rows of n_in / 256 blocks) into `packed` (q4k_packed_bytes()).
 void q4k_pack(const Q4KBlock* rows, int64_t n_out, int n_in, uint8_t* packed);
-// out[j * n_out + o] = row o . x row j for the rows o of 8-row groups g0 .. g1 (x: n_rows rows
-// of n_in floats one after another).
+// out[j * n_out + o] = row o . x row j for the rows o of the 8-row groups `next` hands out (x:
+// n_rows rows of n_in floats one after another).
 void q4k_matmul(const uint8_t* packed, int64_t n_out, int n_in, const float* x, int n_rows, float* out,
-                int64_t g0, int64_t g1);
+                const GroupRanges& next);
 
 }  // namespace localspec

@@ -282,13 +282,13 @@ void Q6KHead::compute_ids(const float* hidden, const std::vector<int32_t>& ids, 
     for_groups_of(ids, n_vocab_, [&](int64_t g) { p.run(job, g, g + 1); });
 }
 
-void q6k_matmul(const Q6KPackedMatrix& m, const float* x, int n_rows, float* out, int64_t g0, int64_t g1) {
+void q6k_matmul(const Q6KPackedMatrix& m, const float* x, int n_rows, float* out, const GroupRanges& next) {
     static const Run run = kernels().pick("");
     if (!run) throw std::logic_error("q6k_matmul needs x86-64 with AVX2");
     thread_local Q8KRows q;  // one per ggml worker thread: no allocation per call
     quantize_q8k_into(q, x, n_rows, m.n_in);
     const Job job{m.weights, m.scales, m.d, m.n_in / 256, &q, m.n_out, out};
-    run(job, g0, g1);
+    for (int64_t g0 = 0, g1 = 0; next(g0, g1);) run(job, g0, g1);
 }
 
 }  // namespace localspec

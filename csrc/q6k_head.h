@@ -47,9 +47,9 @@ struct Q6KPackedMatrix {
 uint64_t q6k_packed_bytes(int64_t n_out, int n_in);
 void q6k_pack(const Q6KBlock* rows, int64_t n_out, int n_in, uint8_t* packed);
 Q6KPackedMatrix q6k_view(const uint8_t* packed, int64_t n_out, int n_in);
-// out[j * n_out + o] = row o . x row j for the rows o of 8-row groups g0 .. g1, x quantized as
-// ggml's Q8_K: every output one sum in a fixed order, the same bits in every batch.
-void q6k_matmul(const Q6KPackedMatrix& m, const float* x, int n_rows, float* out, int64_t g0, int64_t g1);
+// out[j * n_out + o] = row o . x row j for the rows o of the 8-row groups `next` hands out, x
+// quantized as ggml's Q8_K: every output one sum in a fixed order, the same bits in every batch.
+void q6k_matmul(const Q6KPackedMatrix& m, const float* x, int n_rows, float* out, const GroupRanges& next);
 
 class Q6KHead : public OutputHead {
 public:

@@ -222,12 +222,12 @@ void Q8Head::compute(const float* hidden, int n_rows, float* logits, int n_threa
     split_over_threads(packed_->n_groups, n_threads, [&](int64_t g0, int64_t g1) { run(job, g0, g1); });
 }
 
-void q8_matmul(const Q8PackedMatrix& m, const float* x, int n_rows, float* out, int64_t g0, int64_t g1) {
+void q8_matmul(const Q8PackedMatrix& m, const float* x, int n_rows, float* out, const GroupRanges& next) {
     static const Run run = kernels().pick("");
     thread_local QuantizedRows q;  // one per ggml worker thread: no allocation per call
     quantize_rows_into(q, x, n_rows, m.n_in);
     const Job job{m.weights, m.scales, m.n_in / 32, &q, m.n_out, out};
-    run(job, g0, g1);
+    for (int64_t g0 = 0, g1 = 0; next(g0, g1);) run(job, g0, g1);
 }
 
 void Q8Head::compute_ids(const float* hidden, const std::vector<int32_t>& ids, float* logits) const {

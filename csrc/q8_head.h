@@ -73,10 +73,10 @@ uint64_t q8_packed_weight_bytes(int64_t n_out, int n_in);
 uint64_t q8_packed_scale_bytes(int64_t n_out, int n_in);
 void q8_pack(const Q8Block* rows, int64_t n_out, int n_in, uint8_t* weights, uint16_t* scales);
 // out[j * n_out + o] = row o . x row j (j < n_rows, x rows of n_in floats one after another),
-// for the rows o of 8-row groups g0 .. g1, with the fastest kernel this CPU runs (Q8Head::
-// cpu_supported() must hold). Each output is a sum over blocks in one order whatever n_rows and
-// the group range: the same bits for a row in every batch and every split over threads.
-void q8_matmul(const Q8PackedMatrix& m, const float* x, int n_rows, float* out, int64_t g0, int64_t g1);
+// for the rows o of the 8-row groups `next` hands out, with the fastest kernel this CPU runs
+// (Q8Head::cpu_supported() must hold). Each output is a sum over blocks in one order whatever
+// n_rows and the groups: the same bits for a row in every batch and every split over threads.
+void q8_matmul(const Q8PackedMatrix& m, const float* x, int n_rows, float* out, const GroupRanges& next);
 
 // The same arithmetic one value at a time, straight from ggml's layout (the tests' reference).
 void q8_head_reference(const Q8Block* rows, int64_t n_vocab, int n_embd, const float* hidden,
