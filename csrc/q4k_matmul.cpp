@@ -88,6 +88,10 @@ using Run = void (*)(const Job&, int64_t, int64_t);
         LOCALSPEC_UNROLL for (int j = 0; j < ROWS; ++j) acc[j] = _mm256_setzero_ps();                   \
         for (int b = 0; b < nsb; ++b) {                                                                 \
             const uint8_t* p = group + static_cast<size_t>(b) * kPackedBlock;                           \
+            /* a weight stream the hardware prefetcher alone serves slowly: 4 blocks ahead */           \
+            for (size_t line = 0; line < kPackedBlock; line += 64) {                                    \
+                _mm_prefetch(reinterpret_cast<const char*>(p + 4 * kPackedBlock + line), _MM_HINT_T0);  \
+            }                                                                                           \
             const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kD)));  \
             const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kDmin)));  \
             for (int s = 0; s < 8; ++s) {                                                               \

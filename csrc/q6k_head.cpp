@@ -214,6 +214,9 @@ struct Job {
         __m256 acc[ROWS];                                                                            \
         LOCALSPEC_UNROLL for (int r = 0; r < ROWS; ++r) acc[r] = _mm256_setzero_ps();                \
         for (int s = 0; s < ns; ++s) {                                                               \
+            for (int line = 0; line < 2048; line += 64) {                                            \
+                _mm_prefetch(reinterpret_cast<const char*>(w + (s + 2) * 64) + line, _MM_HINT_T0);   \
+            }                                                                                        \
             __m256i isum[ROWS];                                                                      \
             LOCALSPEC_UNROLL for (int r = 0; r < ROWS; ++r) isum[r] = _mm256_setzero_si256();        \
             for (int j = 0; j < 16; ++j) {                                                           \
