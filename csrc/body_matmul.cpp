@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <memory>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -33,15 +32,17 @@ bool widens_to_int8(ggml_type type) {
     return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q4_0;
 }
 
-// Q4_K weights of whole super-blocks: localspec's Q4_K kernel (q4k_matmul.h).
-bool packs_q4k(const ggml_tensor* w) {
-    return w->type == GGML_TYPE_Q4_K && w->ne[0] % 256 == 0 && q4k_matmul_supported();
-}
+// How a weight in this buffer type is held and multiplied: widened to int8 for the Q8_0 head's
+// kernel (q8_head.h); packed for localspec's Q4_K kernel (q4k_matmul.h) or the Q6_K head's
+// (q6k_head.h, values widened to bytes), whole super-blocks only; or in ggml's own layout for
+// its one-row dot product.
+enum class Layout { Int8, Q4K, Q6K, File };
 
-// Q6_K weights of whole super-blocks: the Q6_K output head's kernel (q6k_head.h), 6-bit values
-// widened to bytes.
-bool packs_q6k(const ggml_tensor* w) {
-    return w->type == GGML_TYPE_Q6_K && w->ne[0] % 256 == 0 && Q8Head::cpu_supported();
+Layout layout_of(const ggml_tensor* w) {
+    if (widens_to_int8(w->type)) return Layout::Int8;
+    if (w->type == GGML_TYPE_Q4_K && w->ne[0] % 256 == 0 && q4k_matmul_supported()) return Layout::Q4K;
+    if (w->type == GGML_TYPE_Q6_K && w->ne[0] % 256 == 0 && Q8Head::cpu_supported()) return Layout::Q6K;
+    return Layout::File;
 }
 
 // Weights computed with ggml's one-row dot product (any quantized type that has one).
@@ -129,12 +130,11 @@ GroupRanges chunks_of(ggml_compute_params* params, int64_t groups) {
     const int64_t n_chunks = std::max<int64_t>(1, std::min<int64_t>(groups, int64_t{nth} * 4));
     if (params->ith == 0) ggml_threadpool_chunk_set(params->threadpool, nth);
     ggml_barrier(params->threadpool);
-    auto chunk = std::make_shared<int64_t>(params->ith);
-    return [=](int64_t& g0, int64_t& g1) {
-        if (*chunk >= n_chunks) return false;
-        g0 = groups * *chunk / n_chunks;
-        g1 = groups * (*chunk + 1) / n_chunks;
-        *chunk = ggml_threadpool_chunk_add(params->threadpool, 1);
+    return [=, chunk = int64_t{params->ith}](int64_t& g0, int64_t& g1) mutable {
+        if (chunk >= n_chunks) return false;
+        g0 = groups * chunk / n_chunks;
+        g1 = groups * (chunk + 1) / n_chunks;
+        chunk = ggml_threadpool_chunk_add(params->threadpool, 1);
         return true;
     };
 }
@@ -157,14 +157,11 @@ public:
         const int n_in = static_cast<int>(w->ne[0]);
         const auto* data = static_cast<const uint8_t*>(w->data);
         const GroupRanges next = chunks_of(params, (w->ne[1] + 7) / 8);
-        if (widens_to_int8(w->type)) {
-            q8_matmul(packed_view(w), xs, static_cast<int>(n_rows), out, next);
-        } else if (packs_q4k(w)) {
-            q4k_matmul(data, w->ne[1], n_in, xs, static_cast<int>(n_rows), out, next);
-        } else if (packs_q6k(w)) {
-            q6k_matmul(q6k_view(data, w->ne[1], n_in), xs, static_cast<int>(n_rows), out, next);
-        } else {
-            vec_dot_rows(w, xs, n_rows, out, next);
+        switch (layout_of(w)) {
+            case Layout::Int8: q8_matmul(packed_view(w), xs, static_cast<int>(n_rows), out, next); break;
+            case Layout::Q4K: q4k_matmul(data, w->ne[1], n_in, xs, static_cast<int>(n_rows), out, next); break;
+            case Layout::Q6K: q6k_matmul(q6k_view(data, w->ne[1], n_in), xs, static_cast<int>(n_rows), out, next); break;
+            case Layout::File: vec_dot_rows(w, xs, n_rows, out, next); break;
         }
         return true;
     }
@@ -208,34 +205,25 @@ public:
 void set_tensor(ggml_backend_buffer_t, ggml_tensor* tensor, const void* data, size_t offset, size_t size) {
     GGML_ASSERT(offset == 0 && size == ggml_nbytes(tensor));  // whole tensors, as llama.cpp loads them
     ++tensors;
-    if (packs_q4k(tensor)) {
-        q4k_pack(static_cast<const Q4KBlock*>(data), tensor->ne[1], static_cast<int>(tensor->ne[0]),
-                 static_cast<uint8_t*>(tensor->data));
-        return;
-    }
-    if (packs_q6k(tensor)) {
-        q6k_pack(static_cast<const Q6KBlock*>(data), tensor->ne[1], static_cast<int>(tensor->ne[0]),
-                 static_cast<uint8_t*>(tensor->data));
-        return;
-    }
-    if (!widens_to_int8(tensor->type)) {
-        std::memcpy(tensor->data, data, size);
-        return;
-    }
     const int64_t n_out = tensor->ne[1];
     const int n_in = static_cast<int>(tensor->ne[0]);
+    auto* base = static_cast<uint8_t*>(tensor->data);
+    switch (layout_of(tensor)) {
+        case Layout::Q4K: q4k_pack(static_cast<const Q4KBlock*>(data), n_out, n_in, base); return;
+        case Layout::Q6K: q6k_pack(static_cast<const Q6KBlock*>(data), n_out, n_in, base); return;
+        case Layout::File: std::memcpy(base, data, size); return;
+        case Layout::Int8: break;
+    }
     const size_t block_bytes = ggml_type_size(tensor->type);
     std::vector<Q8Block> rows(static_cast<size_t>(n_out) * static_cast<size_t>(n_in / 32));
     for (size_t b = 0; b < rows.size(); ++b) {
         rows[b] = widen_block(tensor->type, static_cast<const uint8_t*>(data) + b * block_bytes);
     }
-    auto* base = static_cast<uint8_t*>(tensor->data);
     q8_pack(rows.data(), n_out, n_in, base, reinterpret_cast<uint16_t*>(base + q8_packed_weight_bytes(n_out, n_in)));
 }
 
 void get_tensor(ggml_backend_buffer_t, const ggml_tensor* tensor, void* data, size_t offset, size_t size) {
-    GGML_ASSERT(!widens_to_int8(tensor->type) && !packs_q4k(tensor) && !packs_q6k(tensor) &&
-                "localspec's packed body weights cannot be read back");
+    GGML_ASSERT(layout_of(tensor) == Layout::File && "localspec's packed body weights cannot be read back");
     std::memcpy(data, static_cast<const char*>(tensor->data) + offset, size);
 }
 
@@ -252,11 +240,15 @@ ggml_backend_buffer_t alloc_buffer(ggml_backend_buffer_type_t buft, size_t size)
 }
 
 size_t alloc_size(ggml_backend_buffer_type_t, const ggml_tensor* tensor) {
-    if (packs_q4k(tensor)) return q4k_packed_bytes(tensor->ne[1], static_cast<int>(tensor->ne[0]));
-    if (packs_q6k(tensor)) return q6k_packed_bytes(tensor->ne[1], static_cast<int>(tensor->ne[0]));
-    if (!widens_to_int8(tensor->type)) return ggml_nbytes(tensor);
+    const int64_t n_out = tensor->ne[1];
     const int n_in = static_cast<int>(tensor->ne[0]);
-    return q8_packed_weight_bytes(tensor->ne[1], n_in) + q8_packed_scale_bytes(tensor->ne[1], n_in);
+    switch (layout_of(tensor)) {
+        case Layout::Int8: return q8_packed_weight_bytes(n_out, n_in) + q8_packed_scale_bytes(n_out, n_in);
+        case Layout::Q4K: return q4k_packed_bytes(n_out, n_in);
+        case Layout::Q6K: return q6k_packed_bytes(n_out, n_in);
+        case Layout::File: break;
+    }
+    return ggml_nbytes(tensor);
 }
 
 ggml_backend_buffer_type* body_buffer_type() {

@@ -29,11 +29,17 @@ _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
 _PACKED_BLOCK_BYTES = {"Q5_0": (22, 34), "Q4_0": (18, 34), "Q4_K": (144, 148), "Q6_K": (210, 274)}
 
 
-def widened_types(*, exact: bool, fast_body: bool) -> tuple[str, ...]:
-    """The body matrix types localspec's kernels hold in a larger layout (csrc/body_matmul.h,
-    BodyKernelClaim): in exact mode every quantized matrix is theirs, with ``fast_body`` Q8_0
-    and Q5_0."""
-    return ("Q5_0", "Q4_0", "Q4_K", "Q6_K") if exact else ("Q5_0",) if fast_body else ()
+def widened_types(*, exact: bool, fast_body: bool, repack: bool = True,
+                  rpc: bool = False) -> tuple[str, ...]:
+    """The body matrix types localspec's kernels hold in a larger layout, by the rule the core
+    applies (csrc/engine.cpp, BodyKernelClaim): in exact mode every quantized matrix is theirs,
+    in default mode Q8_0 and Q5_0 with ``fast_body`` unless ``repack`` is off (the file's
+    layout), and none with RPC workers."""
+    if rpc:
+        return ()
+    if exact:
+        return ("Q5_0", "Q4_0", "Q4_K", "Q6_K")
+    return ("Q5_0",) if fast_body and repack else ()
 
 @dataclass(frozen=True)
 class ModelMemory:

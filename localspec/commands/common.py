@@ -183,6 +183,7 @@ def plan_for(
     *,
     fast_head: bool = True,
     fast_body: bool = LoadOptions.fast_body,
+    repack: bool = LoadOptions.repack,
     kv_type: str = LoadOptions.kv_type,
     parallel: int = LoadOptions.parallel,
     exact: bool = LoadOptions.exact,
@@ -199,19 +200,20 @@ def plan_for(
     plan = plan_from_files(target, spec.path, n_ctx, budget_bytes, kv_type, fast_head=fast_head,
                            n_seq=parallel, mtp=spec.kind == "mtp",
                            snapshots=spec.kind != "none" and not exact,
-                           widened=() if rpc else widened_types(exact=exact, fast_body=fast_body))
+                           widened=widened_types(exact=exact, fast_body=fast_body, repack=repack,
+                                                 rpc=bool(rpc)))
     return spread(plan, target, remote_devices(rpc) if rpc else (), fast_head=fast_head)
 
 
 def plan_choice(args: argparse.Namespace, choice: ModelChoice,
                 parallel: int = LoadOptions.parallel) -> Plan:
     """``plan_for`` with the choice's models and context, the command's ``--budget``,
-    ``--llama-head``, ``--llama-body``, ``--kv-type`` and ``--exact``, and ``parallel``
-    generations (serve)."""
+    ``--llama-head``, ``--llama-body``, ``--no-repack``, ``--kv-type`` and ``--exact``, and
+    ``parallel`` generations (serve)."""
     return plan_for(choice.target, choice.drafter, choice.n_ctx, args.budget,
-                    fast_head=not args.llama_head,
-                    fast_body=not (args.llama_body or getattr(args, "no_repack", False)),
-                    kv_type=args.kv_type, parallel=parallel,
+                    fast_head=not args.llama_head, fast_body=not args.llama_body,
+                    repack=not getattr(args, "no_repack", False), kv_type=args.kv_type,
+                    parallel=parallel,
                     exact=getattr(args, "exact", LoadOptions.exact), rpc=choice.rpc)
 
 

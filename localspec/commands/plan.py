@@ -83,8 +83,8 @@ def make_plan(args: argparse.Namespace) -> tuple[str, Plan]:
     plan = plan_from_files(target_path, draft.path, n_ctx, None, args.kv_type, device=device,
                            fast_head=not args.llama_head, n_seq=n_seq,
                            mtp=draft.kind == "mtp", snapshots=draft.kind != "none",
-                           widened=() if rpc else widened_types(exact=False,
-                                                                fast_body=not args.llama_body))
+                           widened=widened_types(exact=False, fast_body=not args.llama_body,
+                                                 rpc=bool(rpc)))
     plan = spread(plan, target_path, remote_devices(rpc) if rpc else (),
                   fast_head=not args.llama_head)
     label = pair.name if pair and not (args.target or args.draft) else f"{target} + {drafter}"
