@@ -163,6 +163,12 @@ Model::Model(const ModelOptions& options) : impl_(std::make_unique<Impl>()), pat
     std::optional<BodyKernelClaim> claim;  // before any load: llama.cpp reads ggml's list once
     if (body_kernels_available() && options.body_kernels && !options.vocab_only) {
         params.use_extra_bufts = true;  // localspec's buffer type is first in that list
+        // A GPU build lists the GPU's pinned host buffer type before every extra one, so that
+        // a CPU-held layer's prompt batches can be computed on the GPU (op offload). Exact mode
+        // holds every target layer on the CPU with op offload off: the pinned memory buys
+        // nothing there, and skipping it lets localspec's kernels take the body (measured on
+        // an H200 machine: with it, no matrix reached localspec's buffer type).
+        if (options.body_kernels == BodyKernelClaim::All) params.no_host = true;
         claim.emplace(static_cast<BodyKernelClaim::Scope>(options.body_kernels));
     }
     impl_->model = llama_model_load_from_file(path_.c_str(), params);

@@ -14,6 +14,7 @@ import pytest
 from gguf import GGMLQuantizationType, GGUFReader
 
 from localspec import _core
+from localspec.commands.limits import has_gpu_backend
 from localspec.engine import Engine
 from localspec.errors import InvalidParameterError
 from localspec.invariance import differing_row_counts
@@ -62,7 +63,7 @@ def test_exact_rows_are_batch_invariant(wide_models: dict[str, Path], qtype: str
                                         n_tokens: int) -> None:
     """Passes of 1 .. 16 rows give every row the bits of its single-token pass."""
     with Engine.load(wide_models[qtype], draft="none", n_ctx=1024, n_threads=1,
-                     exact=True) as engine:
+                     exact=True, n_gpu_layers=0) as engine:
         assert engine.info.exact and engine.info.verify_head == exact_head(qtype)
         assert differing_row_counts(engine, _tokens(engine, n_tokens)) == []
 
@@ -83,16 +84,18 @@ def test_exact_mode_computes_the_body_with_localspec_kernels(wide_models: dict[s
                                                              qtype: str) -> None:
     """An exact target puts every quantized body matrix in localspec's buffer type
     (csrc/body_matmul.h); a default-mode target its Q8_0 and Q5_0 ones (llama.cpp's for the
-    rest), none with ``fast_body=False``."""
+    rest), none with ``fast_body=False``. A GPU build keeps a default-mode target's CPU-held
+    matrices in the GPU's pinned memory instead (llama.cpp computes its prompts there)."""
     path = wide_models[qtype]
 
     def placed(**options: Any) -> int:
         before = _core.testing.body_kernel_tensors()
-        with Engine.load(path, draft="none", n_ctx=256, n_threads=1, **options):
+        with Engine.load(path, draft="none", n_ctx=256, n_threads=1, n_gpu_layers=0, **options):
             return _core.testing.body_kernel_tensors() - before
 
     assert placed(fast_body=False) == 0
-    assert placed() == body_matrices(path, {"Q8_0", "Q5_0"})
+    faster = 0 if has_gpu_backend() else body_matrices(path, {"Q8_0", "Q5_0"})
+    assert placed() == faster
     assert placed(exact=True) == body_matrices(path) > (0 if qtype != "F16" else -1)
 
 
@@ -116,7 +119,7 @@ def test_exact_rows_are_batch_invariant_over_two_threads(wide_models: dict[str, 
     one-row pass (its bits then differ from every larger pass); exact mode's reference kernels
     do not, whatever the cache type. One thread would hide that."""
     with Engine.load(wide_models["Q4_K_M"], draft="none", n_ctx=1024, n_threads=2,
-                     kv_type=kv_type, exact=True) as engine:
+                     kv_type=kv_type, exact=True, n_gpu_layers=0) as engine:
         assert differing_row_counts(engine, _tokens(engine, 600)) == []
 
 
@@ -133,16 +136,17 @@ def test_no_repack_keeps_the_one_row_kernels_of_small_passes(
     """LoadOptions.repack=False (--no-repack) loads the weights in their file layout: passes of
     up to 7 rows then give every row its single-token bits, where llama.cpp's repacked Q4_K
     layout differs from 4 rows (docs/exact.md's table). So do exact mode's kernels
-    (localspec's Q4_K and Q6_K kernels here)."""
+    (localspec's Q4_K and Q6_K kernels here). A GPU build never repacks CPU-held weights: it
+    keeps them in the file layout, in the GPU's pinned memory."""
     loads: dict[str, dict[str, bool]] = {
         "llama.cpp repacked": {}, "file layout": {"repack": False}, "exact": {"exact": True}}
     small: dict[str, list[int]] = {}
     for name, options in loads.items():
         with Engine.load(wide_models["Q4_K_M"], draft="none", n_ctx=1024, n_threads=1,
-                         **options) as engine:
+                         n_gpu_layers=0, **options) as engine:
             rows = differing_row_counts(engine, _tokens(engine, 48))
             small[name] = [r for r in rows if r < 8]
-    assert small["llama.cpp repacked"]
+    assert bool(small["llama.cpp repacked"]) == (not has_gpu_backend())
     assert small["file layout"] == small["exact"] == []
 
 
@@ -155,8 +159,10 @@ def exact_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, E
     _core.quantize(str(target_f32), str(target), "Q4_K_M", 2)
     _core.quantize(str(draft_f32), str(draft), "Q8_0", 2)
     engines = {
-        "ngram": Engine.load(target, draft="ngram", n_ctx=4096, n_threads=1, exact=True),
+        "ngram": Engine.load(target, draft="ngram", n_ctx=4096, n_threads=1, exact=True,
+                             n_gpu_layers=0),
         "model": Engine.load(target, draft=draft, n_ctx=4096, n_threads=1, exact=True,
+                             n_gpu_layers=0,
                              draft_p_min=0.0),
     }
     yield engines
@@ -199,7 +205,7 @@ def test_exact_eagle3_head_equals_plain(wide_models: dict[str, Path], model_dir:
                                       target_layers=(1, 1, 1),
                                       scale=0.3, seed=4))
     with Engine.load(wide_models["Q4_K_M"], draft=f"{spelling}{head}", n_ctx=4096, n_threads=1,
-                     exact=True, draft_p_min=0.0, draft_sampling=False) as engine:
+                     exact=True, n_gpu_layers=0, draft_p_min=0.0, draft_sampling=False) as engine:
         assert engine.info.exact
         drafted = rejected = 0
         for params in (GenerationParams(temperature=0.0, max_tokens=48, ignore_eos=True, seed=0),
@@ -229,7 +235,8 @@ def test_exact_parallel_generations_equal_each_run_alone(wide_models: dict[str, 
                              seed=7, draft_max=3)]
     # Two threads: with one cache shared by all generations, attention then differs in the
     # low bits (this test failed that way before each generation had a stream of its own).
-    options = {"draft": "ngram", "n_ctx": 4096, "n_threads": 2, "exact": True}
+    options = {"draft": "ngram", "n_ctx": 4096, "n_threads": 2, "exact": True,
+               "n_gpu_layers": 0}
     with Engine.load(wide_models[qtype], **options) as solo:
         expected = [[solo.generate(p, params) for p in prompts] for params in runs]
     with Engine.load(wide_models[qtype], parallel=4, **options) as batched:
@@ -251,7 +258,8 @@ def test_exact_mode_is_a_choice_of_its_own_context(wide_models: dict[str, Path])
     with Engine.load(path, draft="none", n_ctx=1024, n_threads=1, repack=False) as default:
         tokens = _tokens(default, 48)
         before = differing_row_counts(default, tokens)
-        with Engine.load(path, draft="none", n_ctx=1024, n_threads=1, exact=True) as exact:
+        with Engine.load(path, draft="none", n_ctx=1024, n_threads=1, exact=True,
+                         n_gpu_layers=0) as exact:
             assert differing_row_counts(exact, tokens) == []
         after = differing_row_counts(default, tokens)
     assert before and after == before
@@ -261,7 +269,7 @@ def test_exact_f16_speculative_equals_plain(wide_models: dict[str, Path]) -> Non
     """F16 weights (single rows padded to two, docs/exact.md): speculation changes nothing."""
     greedy = GenerationParams(temperature=0.0, max_tokens=48, ignore_eos=True, seed=0)
     with Engine.load(wide_models["F16"], draft="ngram", n_ctx=4096, n_threads=1,
-                     exact=True) as engine:
+                     exact=True, n_gpu_layers=0) as engine:
         for prompt in load_prompts(limit_per_category=1)[:3]:
             plain = engine.generate(prompt.text, greedy, speculative=False).tokens
             for k in ("auto", 15):
@@ -269,7 +277,9 @@ def test_exact_f16_speculative_equals_plain(wide_models: dict[str, Path]) -> Non
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "localspec.cli", *args, "--threads", "1"],
+    """The CLI on one thread, every layer on the CPU (exact mode's backend, also in GPU builds)."""
+    return subprocess.run([sys.executable, "-m", "localspec.cli", *args, "--threads", "1",
+                           "--n-gpu-layers", "0"],
                           capture_output=True, text=True, timeout=600)
 
 
