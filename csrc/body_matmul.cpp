@@ -34,7 +34,7 @@ bool widens_to_int8(ggml_type type) {
 
 // How a weight in this buffer type is held and multiplied: widened to int8 for the Q8_0 head's
 // kernel (q8_head.h); packed for localspec's Q4_K kernel (q4k_matmul.h) or the Q6_K head's
-// (q6k_head.h, values widened to bytes), whole super-blocks only; or in ggml's own layout for
+// (q6k_head.h, 6 bits a value as in the file), whole super-blocks only; or in ggml's own layout for
 // its one-row dot product.
 enum class Layout { Int8, Q4K, Q6K, File };
 

@@ -109,10 +109,16 @@ void q6k_head_reference(const Q6KBlock* rows, int64_t n_vocab, int n_embd, const
 // ---- the packed layout ---------------------------------------------------------------------
 //
 // Vocabulary rows go in groups of 8 (the last group padded with zero rows). For group g,
-// super-block s and sub-block j (16 weights), `weights` holds 4 vectors: vector k has, in lane
-// r, weights 4k..4k+3 of row 8g+r's sub-block, as unsigned 6-bit values q (w = q - 32). With x
-// broadcast 4 bytes at a time, 4 multiply-adds started from -32 * sum(x) give the 8 rows'
-// sub-block sums; each is multiplied by its row's scale and the 16 add up to the super-block's.
+// super-block s and sub-block j (16 weights), the kernel multiplies 4 vectors: vector k has, in
+// lane r, weights 4k..4k+3 of row 8g+r's sub-block, as unsigned 6-bit values q (w = q - 32).
+// They are stored in 96 bytes, as many bits as ggml's block: the low 4 bits of vectors 0 and 1
+// (one in each nibble of 32 bytes), the same for vectors 2 and 3, then the high 2 bits of all
+// four (bits 2k..2k+1 of 32 bytes). With x broadcast 4 bytes at a time, 4 multiply-adds started
+// from -32 * sum(x) give the 8 rows' sub-block sums; each is multiplied by its row's scale and
+// the 16 add up to the super-block's.
+
+constexpr size_t kSubBytes = 96;  // one sub-block of 8 rows: 2 x 32 bytes of nibbles, 32 of high bits
+constexpr size_t kSuperBytes = 16 * kSubBytes + 128 + 16;  // + int8 scales + fp16 d: 8 x 210
 
 namespace {
 struct Job;
@@ -124,7 +130,7 @@ struct Q6KHead::Packed {
     Run run = nullptr;  // the fastest kernel this CPU runs, chosen when the head is made
     int64_t n_groups = 0;
     int n_super = 0;
-    // q6k_pack's layout: [group][super][j][k][lane][4] values, then [group][super][j][lane]
+    // q6k_pack's layout: [group][super][j] 96 bytes of values, then [group][super][j][lane]
     // scales, then [group][super][lane] fp16 d.
     std::unique_ptr<HugePageBuffer> packed;
     Q6KPackedMatrix view{};
@@ -133,13 +139,14 @@ struct Q6KHead::Packed {
 uint64_t Q6KHead::packed_bytes(int64_t n_vocab, int n_embd) { return q6k_packed_bytes(n_vocab, n_embd); }
 
 uint64_t q6k_packed_bytes(int64_t n_out, int n_in) {
-    return static_cast<uint64_t>((n_out + 7) / 8) * static_cast<uint64_t>(n_in / 256) * (2048 + 128 + 16);
+    return static_cast<uint64_t>((n_out + 7) / 8) * static_cast<uint64_t>(n_in / 256) * kSuperBytes;
 }
 
 Q6KPackedMatrix q6k_view(const uint8_t* packed, int64_t n_out, int n_in) {
     const size_t group_supers = static_cast<size_t>((n_out + 7) / 8) * static_cast<size_t>(n_in / 256);
-    return {packed, reinterpret_cast<const int8_t*>(packed + group_supers * 2048),
-            reinterpret_cast<const uint16_t*>(packed + group_supers * (2048 + 128)), n_out, n_in};
+    const size_t value_bytes = group_supers * 16 * kSubBytes;
+    return {packed, reinterpret_cast<const int8_t*>(packed + value_bytes),
+            reinterpret_cast<const uint16_t*>(packed + value_bytes + group_supers * 128), n_out, n_in};
 }
 
 void q6k_pack(const Q6KBlock* rows, int64_t n_out, int n_in, uint8_t* packed) {
@@ -148,22 +155,28 @@ void q6k_pack(const Q6KBlock* rows, int64_t n_out, int n_in, uint8_t* packed) {
     auto* scales = const_cast<int8_t*>(m.scales);
     auto* d = const_cast<uint16_t*>(m.d);
     const int n_super = n_in / 256;
-    const size_t group_supers = static_cast<size_t>((n_out + 7) / 8) * static_cast<size_t>(n_super);
-    std::memset(weights, 32, group_supers * 2048);  // padding rows: q = 32, w = 0
-    std::memset(scales, 0, group_supers * 128);
-    std::memset(d, 0, group_supers * 16);
-    for (int64_t v = 0; v < n_out; ++v) {
+    const int64_t n_padded = (n_out + 7) / 8 * 8;
+    std::memset(packed, 0, q6k_packed_bytes(n_out, n_in));
+    for (int64_t v = 0; v < n_padded; ++v) {
         const size_t g = static_cast<size_t>(v / 8), lane = static_cast<size_t>(v % 8);
         for (int s = 0; s < n_super; ++s) {
-            const Q6KBlock& block = rows[v * n_super + s];
             const size_t gs = g * static_cast<size_t>(n_super) + static_cast<size_t>(s);
             uint8_t q[256];
-            q6k_unpack(block, q);
-            d[gs * 8 + lane] = block.d;
+            if (v < n_out) {
+                const Q6KBlock& block = rows[v * n_super + s];
+                q6k_unpack(block, q);
+                d[gs * 8 + lane] = block.d;
+                for (size_t j = 0; j < 16; ++j) scales[(gs * 16 + j) * 8 + lane] = block.scales[j];
+            } else {
+                std::memset(q, 32, sizeof q);  // padding rows: q = 32, w = 0 (scale and d 0 too)
+            }
             for (size_t j = 0; j < 16; ++j) {
-                scales[(gs * 16 + j) * 8 + lane] = block.scales[j];
+                uint8_t* sub = weights + (gs * 16 + j) * kSubBytes;
                 for (size_t i = 0; i < 16; ++i) {
-                    weights[((gs * 16 + j) * 4 + i / 4) * 32 + lane * 4 + i % 4] = q[16 * j + i];
+                    const size_t k = i / 4, byte = lane * 4 + i % 4;
+                    const uint8_t value = q[16 * j + i];
+                    sub[32 * (k / 2) + byte] |= static_cast<uint8_t>((value & 0xF) << (4 * (k % 2)));
+                    sub[64 + byte] |= static_cast<uint8_t>((value >> 4) << (2 * k));
                 }
             }
         }
@@ -208,21 +221,31 @@ struct Job {
     template <int ROWS>                                                                              \
     __attribute__((target(TARGET))) void NAME(const Job& job, int64_t g, int first_row) {            \
         const int ns = job.n_super;                                                                  \
-        const __m256i* w = reinterpret_cast<const __m256i*>(job.weights) + g * ns * 64;              \
+        const __m256i* w = reinterpret_cast<const __m256i*>(job.weights) + g * ns * 48;              \
         const int8_t* sc = job.scales + g * ns * 128;                                                \
         const uint16_t* dw = job.d + g * ns * 8;                                                     \
+        const __m256i low4 = _mm256_set1_epi8(0x0F), high2 = _mm256_set1_epi8(0x30);                 \
         __m256 acc[ROWS];                                                                            \
         LOCALSPEC_UNROLL for (int r = 0; r < ROWS; ++r) acc[r] = _mm256_setzero_ps();                \
         for (int s = 0; s < ns; ++s) {                                                               \
-            for (int line = 0; line < 2048; line += 64) {                                            \
-                _mm_prefetch(reinterpret_cast<const char*>(w + (s + 2) * 64) + line, _MM_HINT_T0);   \
+            for (int line = 0; line < 1536; line += 64) {                                            \
+                _mm_prefetch(reinterpret_cast<const char*>(w + (s + 2) * 48) + line, _MM_HINT_T0);   \
             }                                                                                        \
             __m256i isum[ROWS];                                                                      \
             LOCALSPEC_UNROLL for (int r = 0; r < ROWS; ++r) isum[r] = _mm256_setzero_si256();        \
             for (int j = 0; j < 16; ++j) {                                                           \
-                const __m256i* wj = w + (s * 16 + j) * 4;                                            \
-                const __m256i wk0 = _mm256_loadu_si256(wj), wk1 = _mm256_loadu_si256(wj + 1);        \
-                const __m256i wk2 = _mm256_loadu_si256(wj + 2), wk3 = _mm256_loadu_si256(wj + 3);    \
+                /* 16-bit shifts move bits across bytes; the masks keep each byte's own. */          \
+                const __m256i* wj = w + (s * 16 + j) * 3;                                            \
+                const __m256i lo01 = _mm256_loadu_si256(wj), lo23 = _mm256_loadu_si256(wj + 1);      \
+                const __m256i hi = _mm256_loadu_si256(wj + 2);                                       \
+                const __m256i wk0 = _mm256_or_si256(_mm256_and_si256(lo01, low4),                    \
+                                                    _mm256_and_si256(_mm256_slli_epi16(hi, 4), high2));  \
+                const __m256i wk1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo01, 4), low4),  \
+                                                    _mm256_and_si256(_mm256_slli_epi16(hi, 2), high2));  \
+                const __m256i wk2 = _mm256_or_si256(_mm256_and_si256(lo23, low4),                    \
+                                                    _mm256_and_si256(hi, high2));                    \
+                const __m256i wk3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo23, 4), low4),  \
+                                                    _mm256_and_si256(_mm256_srli_epi16(hi, 2), high2));  \
                 const __m256i scale = _mm256_cvtepi8_epi32(                                          \
                     _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + (s * 16 + j) * 8)));       \
                 LOCALSPEC_UNROLL for (int r = 0; r < ROWS; ++r) {                                    \

@@ -38,7 +38,7 @@ void q6k_unpack(const Q6KBlock& block, uint8_t out[256]);
 // The same kernel on a matrix whose packed bytes live elsewhere (body_matmul.cpp keeps them in
 // ggml's buffers): n_out rows of n_in / 256 blocks.
 struct Q6KPackedMatrix {
-    const uint8_t* weights;  // [group of 8 rows][super][j][k][lane][4]: unsigned 6-bit values
+    const uint8_t* weights;  // [group of 8 rows][super][j]: 96 bytes of 6-bit values (q6k_head.cpp)
     const int8_t* scales;  // [group][super][j][lane]
     const uint16_t* d;  // [group][super][lane], fp16
     int64_t n_out;

@@ -25,8 +25,8 @@ _INPUT_PREFIXES = ("token_embd.", "position_embd.", "token_types.", "per_layer_t
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
 # Body matrices localspec's kernels hold in their own layouts (csrc/body_matmul.h): bytes per
 # block in the file, bytes per block in localspec's copy (Q5_0 and Q4_0 widened to int8 as
-# Q8_0; Q4_K with its scales unpacked, q4k_matmul.h; Q6_K's values as bytes, q6k_head.h).
-_PACKED_BLOCK_BYTES = {"Q5_0": (22, 34), "Q4_0": (18, 34), "Q4_K": (144, 148), "Q6_K": (210, 274)}
+# Q8_0; Q4_K with its scales unpacked, q4k_matmul.h). Q6_K's copy keeps the file's 210 bytes.
+_PACKED_BLOCK_BYTES = {"Q5_0": (22, 34), "Q4_0": (18, 34), "Q4_K": (144, 148)}
 
 
 def widened_types(*, exact: bool, fast_body: bool, repack: bool = True,
@@ -38,7 +38,7 @@ def widened_types(*, exact: bool, fast_body: bool, repack: bool = True,
     if rpc:
         return ()
     if exact:
-        return ("Q5_0", "Q4_0", "Q4_K", "Q6_K")
+        return ("Q5_0", "Q4_0", "Q4_K")
     return ("Q5_0",) if fast_body and repack else ()
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ class ModelMemory:
         if head is not None and head.type_name == "Q8_0" and info.n_embd % 32 == 0:
             head_copy = groups * (info.n_embd // 32) * 272  # Q8Head::packed_bytes
         elif head is not None and head.type_name == "Q6_K" and info.n_embd % 256 == 0:
-            head_copy = groups * (info.n_embd // 256) * 2192  # Q6KHead::packed_bytes
+            head_copy = groups * (info.n_embd // 256) * 1680  # Q6KHead::packed_bytes
         if info.architecture == "eagle3" and info.tensor("output.weight") is not None:
             # The head's output layer, repacked for localspec's draft logits (DraftVocabHead).
             n_draft = info.tensor("output.weight").shape[1]  # type: ignore[union-attr]
