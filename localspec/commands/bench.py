@@ -94,13 +94,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "needs localspec[plot]; the JSON results go next to it unless --out; "
                         "default: "
                         "none)")
-    parser.add_argument("--modes", choices=MODE_CHOICES, default=None,
+    parser.add_argument("--modes", choices=MODE_CHOICES, default=None, metavar="MODES",
                         help="'default,exact' runs both modes interleaved, each in its own "
                         "process, and reports exact / default (docs/exact.md); 'local,rpc' "
                         "the same for this machine alone and with the --rpc workers "
                         "(docs/rpc.md); 'llama-body,default' llama.cpp's kernels for the "
-                        "body's Q8_0/Q5_0 matrices against localspec's (docs/bench.md) "
-                        "(default: the mode --exact picks)")
+                        "body's Q8_0/Q5_0 matrices against localspec's (docs/bench.md); one "
+                        "of: " + " | ".join(MODE_CHOICES) + " (default: the mode --exact picks)")
     parser.add_argument("--baseline", choices=BASELINES,
                         help="also run llama-cpp-python's plain and prompt-lookup generation "
                         "(default: none)")
