@@ -78,7 +78,7 @@ def main() -> None:
                 results[f"{name}, {k}"] = row
                 rate = row["accepted"] / row["drafted"] if row["drafted"] else 0.0
                 print(f"| {name} | {k} | {row['prompts']} | "
-                      f"{len(row['differing'])} {' '.join(row['differing'])} | "
+                      f"{' '.join([str(len(row['differing'])), *row['differing']])} | "
                       f"{row['drafted']} | {rate:.0%} |", flush=True)
     print(f"done in {time.monotonic() - started:.0f} s")
     if args.json:
