@@ -29,17 +29,18 @@ _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
 _PACKED_BLOCK_BYTES = {"Q5_0": (22, 34), "Q4_0": (18, 34), "Q4_K": (144, 148)}
 
 
-def widened_types(*, exact: bool, fast_body: bool, repack: bool = True,
-                  rpc: bool = False) -> tuple[str, ...]:
+def widened_types(*, exact: bool, fast_body: bool, repack: bool = True, rpc: bool = False,
+                  gpu_backend: bool = False) -> tuple[str, ...]:
     """The body matrix types localspec's kernels hold in a larger layout, by the rule the core
-    applies (csrc/engine.cpp, BodyKernelClaim): in exact mode every quantized matrix is theirs,
-    in default mode Q8_0 and Q5_0 with ``fast_body`` unless ``repack`` is off (the file's
-    layout), and none with RPC workers."""
+    applies (csrc/engine.cpp, BodyKernelClaim; csrc/llama_backend.cpp): in exact mode every
+    quantized matrix is theirs, in default mode Q8_0 and Q5_0 with ``fast_body`` unless
+    ``repack`` is off (the file's layout) or a GPU backend's pinned host memory takes the
+    CPU-held matrices first (``gpu_backend``), and none with RPC workers."""
     if rpc:
         return ()
     if exact:
         return ("Q5_0", "Q4_0", "Q4_K")
-    return ("Q5_0",) if fast_body and repack else ()
+    return ("Q5_0",) if fast_body and repack and not gpu_backend else ()
 
 @dataclass(frozen=True)
 class ModelMemory:

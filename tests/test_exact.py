@@ -112,6 +112,17 @@ def test_memory_plan_counts_the_widened_matrices(wide_models: dict[str, Path]) -
     assert widened - plain == expected
 
 
+def test_the_plan_widens_what_the_core_places() -> None:
+    """The memory plan's mirror of the core's placement: default mode widens Q5_0 on a
+    CPU-only build, nothing where a GPU backend's pinned memory takes the CPU-held matrices
+    (exact mode skips that memory: it widens every type), with --no-repack, or over RPC."""
+    assert widened_types(exact=False, fast_body=True) == ("Q5_0",)
+    assert widened_types(exact=False, fast_body=True, gpu_backend=True) == ()
+    assert widened_types(exact=False, fast_body=True, repack=False) == ()
+    assert widened_types(exact=True, fast_body=True, gpu_backend=True) == ("Q5_0", "Q4_0", "Q4_K")
+    assert widened_types(exact=True, fast_body=True, rpc=True) == ()
+
+
 @pytest.mark.parametrize("kv_type", ["f16", "q8_0"])
 def test_exact_rows_are_batch_invariant_over_two_threads(wide_models: dict[str, Path],
                                                          kv_type: str) -> None:
@@ -162,8 +173,7 @@ def exact_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, E
         "ngram": Engine.load(target, draft="ngram", n_ctx=4096, n_threads=1, exact=True,
                              n_gpu_layers=0),
         "model": Engine.load(target, draft=draft, n_ctx=4096, n_threads=1, exact=True,
-                             n_gpu_layers=0,
-                             draft_p_min=0.0),
+                             n_gpu_layers=0, draft_p_min=0.0),
     }
     yield engines
     for engine in engines.values():

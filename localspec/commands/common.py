@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass, replace
 from typing import Any
 
+from localspec.commands.limits import has_gpu_backend
 from localspec.drafter_spec import DrafterSpec
 from localspec.engine import Engine
 from localspec.errors import InvalidParameterError, ModelLoadError
@@ -201,7 +202,7 @@ def plan_for(
                            n_seq=parallel, mtp=spec.kind == "mtp",
                            snapshots=spec.kind != "none" and not exact,
                            widened=widened_types(exact=exact, fast_body=fast_body, repack=repack,
-                                                 rpc=bool(rpc)))
+                                                 rpc=bool(rpc), gpu_backend=has_gpu_backend()))
     return spread(plan, target, remote_devices(rpc) if rpc else (), fast_head=fast_head)
 
 

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from localspec.commands.common import add_model_arguments, pair_name
+from localspec.commands.limits import has_gpu_backend
 from localspec.errors import InvalidParameterError
 from localspec.loading import (
     DEFAULT_N_CTX,
@@ -84,7 +85,7 @@ def make_plan(args: argparse.Namespace) -> tuple[str, Plan]:
                            fast_head=not args.llama_head, n_seq=n_seq,
                            mtp=draft.kind == "mtp", snapshots=draft.kind != "none",
                            widened=widened_types(exact=False, fast_body=not args.llama_body,
-                                                 rpc=bool(rpc)))
+                                                 rpc=bool(rpc), gpu_backend=has_gpu_backend()))
     plan = spread(plan, target_path, remote_devices(rpc) if rpc else (),
                   fast_head=not args.llama_head)
     label = pair.name if pair and not (args.target or args.draft) else f"{target} + {drafter}"
