@@ -15,7 +15,7 @@ from localspec.commands import common
 from localspec.commands.common import ModelChoice, load_engine, plan_for, plan_summary
 from localspec.errors import ModelLoadError
 from localspec.loading import LoadOptions
-from localspec.planner import Device, GiB, MiB, model_memory, plan_pair
+from localspec.planner import Device, GiB, model_memory, plan_pair
 from tests.helpers import run_localspec as localspec
 
 LOAD_LOG = ("llama_model_load", "load_tensors")  # what llama.cpp logs (--verbose) when loading
@@ -41,7 +41,8 @@ def test_pair_larger_than_the_budget_is_refused(tiny_model_path: Path,
     # Room for the reserve and the draft, but not for the target as well.
     probe = plan_for(tiny_model_path, str(tiny_draft_path), 4096, 1 * GiB)
     assert probe.draft is not None
-    budget = 128 * MiB + probe.draft.device_bytes + probe.target.device_bytes // 2
+    # (the reserve is the budget's floor here: 128 MiB of RAM, 256 MiB of a GPU's memory)
+    budget = probe.reserve_bytes + probe.draft.device_bytes + probe.target.device_bytes // 2
     plan = plan_for(tiny_model_path, str(tiny_draft_path), 4096, budget)
     assert not plan.fits and plan.reason and "Target and draft need" in plan.reason
     for extra in ([], ["--n-gpu-layers", "0"]):  # a plan for RAM binds even with the option

@@ -21,6 +21,7 @@ from localspec.engine import Engine
 from localspec.server import create_app
 from localspec.server.background import BackgroundServer
 from localspec.server.options import ServerOptions
+from localspec.types import GenerationParams
 
 LONG = {"max_tokens": 3000, "ignore_eos": True, "temperature": 0}  # seconds of work
 
@@ -133,7 +134,12 @@ def test_queued_stream_ends_with_an_error_when_its_deadline_passes(engine: Engin
 
 
 def test_deadline_ends_a_running_generation_as_length(engine: Engine) -> None:
-    app = create_app(engine, ServerOptions(request_timeout=1.0))
+    # A deadline at a quarter of the whole answer's time: a GPU writes LONG in well under a
+    # second, this CPU takes seconds.
+    started = time.perf_counter()
+    whole = GenerationParams(max_tokens=LONG["max_tokens"], ignore_eos=True, temperature=0.0)
+    engine.generate("Once upon a time", whole)
+    app = create_app(engine, ServerOptions(request_timeout=(time.perf_counter() - started) / 4))
     with BackgroundServer(app) as server:
         response = httpx.post(url(server), json=body(engine, **LONG), timeout=60)
         streamed = httpx.post(url(server), json=body(engine, stream=True, **LONG), timeout=60)
