@@ -188,6 +188,57 @@ LOCALSPEC_Q8_TILE(tile_avx512vnni, "avx2,fma,f16c,avx512vl,avx512vnni", _mm256_d
 #define LOCALSPEC_AVX2_WEIGHTS(v) _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80)))
 #define LOCALSPEC_AVX2_START(offset) ((void)(offset), _mm256_setzero_si256())
 LOCALSPEC_Q8_TILE(tile_avx2, "avx2,fma,f16c", dot_signed_avx2, LOCALSPEC_AVX2_WEIGHTS, LOCALSPEC_AVX2_START)
+
+// Two neighbouring groups (16 vocabulary rows) in AVX-512's 512-bit registers: one broadcast of
+// a hidden row's 4 bytes, one scale multiply and one float multiply-add serve both groups. With
+// the weights in cache the 256-bit tile is bound by those loads and instructions around its
+// multiply-adds, not by the multiply-adds themselves (Zen 4 runs two 256-bit or one 512-bit per
+// cycle). Each lane computes what tile_avx512vnni computes for its row, in the same order: the
+// same bits.
+template <int ROWS>
+__attribute__((target("avx512f,avx512vl,avx512vnni,f16c,fma"))) void pair_avx512vnni(const Job& job, int64_t g,
+                                                                                   int first_row) {
+    const int nb = job.n_blocks;
+    const __m256i* w0 = reinterpret_cast<const __m256i*>(job.weights) + g * nb * 8;
+    const __m256i* w1 = w0 + static_cast<size_t>(nb) * 8;
+    const uint16_t* d0 = job.scales + g * nb * 8;
+    const uint16_t* d1 = d0 + static_cast<size_t>(nb) * 8;
+    __m512 acc[ROWS];
+    LOCALSPEC_UNROLL for (int j = 0; j < ROWS; ++j) acc[j] = _mm512_setzero_ps();
+    constexpr int CHAINS = ROWS >= 4 ? 1 : ROWS >= 2 ? 2 : 4;
+    for (int b = 0; b < nb; ++b) {
+        __m512i wk[8];
+        LOCALSPEC_UNROLL for (int k = 0; k < 8; ++k) {
+            wk[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(w0 + b * 8 + k)),
+                                       _mm256_loadu_si256(w1 + b * 8 + k), 1);
+        }
+        const __m256i halves = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d0 + b * 8))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(d1 + b * 8)), 1);
+        const __m512 scale_w = _mm512_cvtph_ps(halves);
+        LOCALSPEC_UNROLL for (int j = 0; j < ROWS; ++j) {
+            const size_t jb = static_cast<size_t>(first_row + j) * nb + b;
+            const int32_t* x = job.q->words.data() + jb * 8;
+            __m512i part[CHAINS];
+            part[0] = _mm512_set1_epi32(job.q->offset[jb]);
+            LOCALSPEC_UNROLL for (int c = 1; c < CHAINS; ++c) part[c] = _mm512_setzero_si512();
+            LOCALSPEC_UNROLL for (int k = 0; k < 8; ++k) {
+                part[k % CHAINS] = _mm512_dpbusd_epi32(part[k % CHAINS], wk[k], _mm512_set1_epi32(x[k]));
+            }
+            __m512i isum = part[0];
+            LOCALSPEC_UNROLL for (int c = 1; c < CHAINS; ++c) isum = _mm512_add_epi32(isum, part[c]);
+            const __m512 scale = _mm512_mul_ps(scale_w, _mm512_set1_ps(job.q->scale[jb]));
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
+        }
+    }
+    for (int j = 0; j < ROWS; ++j) {
+        float* out = job.logits + static_cast<size_t>(first_row + j) * job.n_vocab + g * 8;
+        store_group(out, _mm512_castps512_ps256(acc[j]), job.n_vocab - g * 8);
+        store_group(out + 8, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[j]), 1)),
+                    job.n_vocab - g * 8 - 8);
+    }
+}
+
 #undef LOCALSPEC_VNNI_WEIGHTS
 #undef LOCALSPEC_VNNI_START
 #undef LOCALSPEC_AVX2_WEIGHTS
@@ -198,8 +249,19 @@ LOCALSPEC_Q8_TILE(tile_avx2, "avx2,fma,f16c", dot_signed_avx2, LOCALSPEC_AVX2_WE
 // Tiles of up to 8 hidden rows with AVX-512's 32 vector registers (8 weight vectors and one
 // accumulator per row), 4 with AVX2's 16: each group's weights are read once for a whole
 // typical verification batch.
+struct PairTilesAvx512 {
+    static constexpr Tile<Job> pairs[] = {pair_avx512vnni<1>, pair_avx512vnni<2>, pair_avx512vnni<3>,
+                                          pair_avx512vnni<4>, pair_avx512vnni<5>, pair_avx512vnni<6>,
+                                          pair_avx512vnni<7>, pair_avx512vnni<8>};
+    static constexpr Tile<Job> singles[] = {tile_avx512vnni<1>, tile_avx512vnni<2>, tile_avx512vnni<3>,
+                                            tile_avx512vnni<4>, tile_avx512vnni<5>, tile_avx512vnni<6>,
+                                            tile_avx512vnni<7>, tile_avx512vnni<8>};
+};
+
 HeadKernels<Run> kernels() {
-    return LOCALSPEC_TILE_KERNELS(Job);
+    HeadKernels<Run> out = LOCALSPEC_TILE_KERNELS(Job);
+    out.avx512vnni = run_group_pairs<Job, PairTilesAvx512>;
+    return out;
 }
 
 #else
