@@ -66,7 +66,9 @@ std::vector<std::string> find_kernel_names() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("f16c") || !__builtin_cpu_supports("fma")) return out;
-    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl")) out.emplace_back("avx512vnni");
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw")) {
+        out.emplace_back("avx512vnni");  // with the pair tiles' 512-bit byte shifts (int8_tiles.h)
+    }
     if (__builtin_cpu_supports("avxvnni")) out.emplace_back("avxvnni");
     if (__builtin_cpu_supports("avx2")) out.emplace_back("avx2");
 #endif

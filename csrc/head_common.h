@@ -95,6 +95,15 @@ void run_groups(const Job& job, int64_t g0, int64_t g1) {
     run_tiles<Job>(job, g0, g1, tiles, nullptr, static_cast<int>(sizeof...(TILES)));
 }
 
+// Eight pair tiles (of 1 .. 8 rows) and then eight single-group tiles, for run_group_pairs.
+template <typename Job, Tile<Job> P1, Tile<Job> P2, Tile<Job> P3, Tile<Job> P4, Tile<Job> P5, Tile<Job> P6,
+          Tile<Job> P7, Tile<Job> P8, Tile<Job> S1, Tile<Job> S2, Tile<Job> S3, Tile<Job> S4, Tile<Job> S5,
+          Tile<Job> S6, Tile<Job> S7, Tile<Job> S8>
+struct PairTiles {
+    static constexpr Tile<Job> pairs[] = {P1, P2, P3, P4, P5, P6, P7, P8};
+    static constexpr Tile<Job> singles[] = {S1, S2, S3, S4, S5, S6, S7, S8};
+};
+
 // run_tiles with Tiles::singles and Tiles::pairs (arrays of the same length).
 template <typename Job, typename Tiles>
 void run_group_pairs(const Job& job, int64_t g0, int64_t g1) {

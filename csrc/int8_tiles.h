@@ -30,6 +30,27 @@ __attribute__((target("avx2"))) inline __m256i dot_unsigned_avx2(__m256i acc, __
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
 }
 
+#define LOCALSPEC_AVX512_PAIR "avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"
+
+// For the pair tiles (two groups at once): two groups' 32 bytes as one 512-bit vector, and two
+// groups' 8 fp16 values as 16 floats.
+__attribute__((target(LOCALSPEC_AVX512_PAIR))) inline __m512i pair_load(const void* a, const void* b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(static_cast<const __m256i*>(a))),
+                              _mm256_loadu_si256(static_cast<const __m256i*>(b)), 1);
+}
+
+__attribute__((target(LOCALSPEC_AVX512_PAIR))) inline __m512 pair_fp16(const void* a, const void* b) {
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(static_cast<const __m128i*>(a))),
+                                                   _mm_loadu_si128(static_cast<const __m128i*>(b)), 1));
+}
+
+// The 16 outputs of a pair tile's accumulator: group g's 8, then group g + 1's (valid as in
+// store_group, counted from group g).
+__attribute__((target(LOCALSPEC_AVX512_PAIR))) inline void store_pair(float* out, __m512 acc, int64_t valid) {
+    store_group(out, _mm512_castps512_ps256(acc), valid);
+    store_group(out + 8, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)), valid - 8);
+}
+
 }  // namespace localspec
 
 // A kernel's HeadKernels from its tile templates tile_avx512vnni<R>, tile_avxvnni<R> and
@@ -37,6 +58,18 @@ __attribute__((target("avx2"))) inline __m256i dot_unsigned_avx2(__m256i acc, __
 #define LOCALSPEC_TILE_KERNELS(JOB)                                                                       \
     {run_groups<JOB, tile_avx512vnni<1>, tile_avx512vnni<2>, tile_avx512vnni<3>, tile_avx512vnni<4>,     \
                 tile_avx512vnni<5>, tile_avx512vnni<6>, tile_avx512vnni<7>, tile_avx512vnni<8>>,         \
+     run_groups<JOB, tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>>,                \
+     run_groups<JOB, tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>>}
+
+// The same with AVX-512's pair tiles pair_avx512vnni<R> (two groups at once) where a block's
+// weights are in cache (run_tiles).
+#define LOCALSPEC_PAIRED_TILE_KERNELS(JOB)                                                                \
+    {run_group_pairs<JOB, PairTiles<JOB, pair_avx512vnni<1>, pair_avx512vnni<2>, pair_avx512vnni<3>,      \
+                                    pair_avx512vnni<4>, pair_avx512vnni<5>, pair_avx512vnni<6>,           \
+                                    pair_avx512vnni<7>, pair_avx512vnni<8>, tile_avx512vnni<1>,           \
+                                    tile_avx512vnni<2>, tile_avx512vnni<3>, tile_avx512vnni<4>,           \
+                                    tile_avx512vnni<5>, tile_avx512vnni<6>, tile_avx512vnni<7>,           \
+                                    tile_avx512vnni<8>>>,                                                 \
      run_groups<JOB, tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>>,                \
      run_groups<JOB, tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>>}
 

@@ -196,8 +196,7 @@ LOCALSPEC_Q8_TILE(tile_avx2, "avx2,fma,f16c", dot_signed_avx2, LOCALSPEC_AVX2_WE
 // cycle). Each lane computes what tile_avx512vnni computes for its row, in the same order: the
 // same bits.
 template <int ROWS>
-__attribute__((target("avx512f,avx512vl,avx512vnni,f16c,fma"))) void pair_avx512vnni(const Job& job, int64_t g,
-                                                                                   int first_row) {
+__attribute__((target(LOCALSPEC_AVX512_PAIR))) void pair_avx512vnni(const Job& job, int64_t g, int first_row) {
     const int nb = job.n_blocks;
     const __m256i* w0 = reinterpret_cast<const __m256i*>(job.weights) + g * nb * 8;
     const __m256i* w1 = w0 + static_cast<size_t>(nb) * 8;
@@ -208,14 +207,8 @@ __attribute__((target("avx512f,avx512vl,avx512vnni,f16c,fma"))) void pair_avx512
     constexpr int CHAINS = ROWS >= 4 ? 1 : ROWS >= 2 ? 2 : 4;
     for (int b = 0; b < nb; ++b) {
         __m512i wk[8];
-        LOCALSPEC_UNROLL for (int k = 0; k < 8; ++k) {
-            wk[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(w0 + b * 8 + k)),
-                                       _mm256_loadu_si256(w1 + b * 8 + k), 1);
-        }
-        const __m256i halves = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d0 + b * 8))),
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(d1 + b * 8)), 1);
-        const __m512 scale_w = _mm512_cvtph_ps(halves);
+        LOCALSPEC_UNROLL for (int k = 0; k < 8; ++k) wk[k] = pair_load(w0 + b * 8 + k, w1 + b * 8 + k);
+        const __m512 scale_w = pair_fp16(d0 + b * 8, d1 + b * 8);
         LOCALSPEC_UNROLL for (int j = 0; j < ROWS; ++j) {
             const size_t jb = static_cast<size_t>(first_row + j) * nb + b;
             const int32_t* x = job.q->words.data() + jb * 8;
@@ -232,10 +225,7 @@ __attribute__((target("avx512f,avx512vl,avx512vnni,f16c,fma"))) void pair_avx512
         }
     }
     for (int j = 0; j < ROWS; ++j) {
-        float* out = job.logits + static_cast<size_t>(first_row + j) * job.n_vocab + g * 8;
-        store_group(out, _mm512_castps512_ps256(acc[j]), job.n_vocab - g * 8);
-        store_group(out + 8, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[j]), 1)),
-                    job.n_vocab - g * 8 - 8);
+        store_pair(job.logits + static_cast<size_t>(first_row + j) * job.n_vocab + g * 8, acc[j], job.n_vocab - g * 8);
     }
 }
 
@@ -249,19 +239,8 @@ __attribute__((target("avx512f,avx512vl,avx512vnni,f16c,fma"))) void pair_avx512
 // Tiles of up to 8 hidden rows with AVX-512's 32 vector registers (8 weight vectors and one
 // accumulator per row), 4 with AVX2's 16: each group's weights are read once for a whole
 // typical verification batch.
-struct PairTilesAvx512 {
-    static constexpr Tile<Job> pairs[] = {pair_avx512vnni<1>, pair_avx512vnni<2>, pair_avx512vnni<3>,
-                                          pair_avx512vnni<4>, pair_avx512vnni<5>, pair_avx512vnni<6>,
-                                          pair_avx512vnni<7>, pair_avx512vnni<8>};
-    static constexpr Tile<Job> singles[] = {tile_avx512vnni<1>, tile_avx512vnni<2>, tile_avx512vnni<3>,
-                                            tile_avx512vnni<4>, tile_avx512vnni<5>, tile_avx512vnni<6>,
-                                            tile_avx512vnni<7>, tile_avx512vnni<8>};
-};
-
 HeadKernels<Run> kernels() {
-    HeadKernels<Run> out = LOCALSPEC_TILE_KERNELS(Job);
-    out.avx512vnni = run_group_pairs<Job, PairTilesAvx512>;
-    return out;
+    return LOCALSPEC_PAIRED_TILE_KERNELS(Job);
 }
 
 #else
