@@ -505,6 +505,7 @@ PYBIND11_MODULE(_core, m) {
 
     // Pure functions used by localspec itself.
     m.def("q8_head_supported", &Q8Head::cpu_supported);
+    m.def("faster_body_types", &faster_body_types);
     testing.def("q8_head_logits", &head_logits<Q8Block, Q8Head, q8_head_reference, 32>, HEAD_LOGITS_ARGS);
     testing.def("q8_head_kernels", &Q8Head::kernel_names);
     testing.def("body_kernels_available", &body_kernels_available);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -43,6 +44,18 @@ Layout layout_of(const ggml_tensor* w) {
     if (w->type == GGML_TYPE_Q4_K && w->ne[0] % 256 == 0 && q4k_matmul_supported()) return Layout::Q4K;
     if (w->type == GGML_TYPE_Q6_K && w->ne[0] % 256 == 0 && Q8Head::cpu_supported()) return Layout::Q6K;
     return Layout::File;
+}
+
+std::vector<ggml_type> faster_types() {
+    std::vector<ggml_type> out{GGML_TYPE_Q8_0, GGML_TYPE_Q5_0};
+    const std::vector<std::string>& kernels = head_kernel_names();
+    if (!kernels.empty() && kernels.front() == "avx512vnni") out.push_back(GGML_TYPE_Q6_K);
+    return out;
+}
+
+bool is_faster(ggml_type type) {
+    static const std::vector<ggml_type> faster = faster_types();
+    return std::find(faster.begin(), faster.end(), type) != faster.end();
 }
 
 // Weights computed with ggml's one-row dot product (any quantized type that has one).
@@ -187,8 +200,7 @@ public:
         // to) stays with llama.cpp: localspec's heads read it.
         if (w->buffer && w->buffer->size == 0) {
             const int scope = claimed.load();
-            const bool faster = w->type == GGML_TYPE_Q8_0 || w->type == GGML_TYPE_Q5_0;
-            const bool taken = scope == BodyKernelClaim::All || (scope == BodyKernelClaim::Faster && faster);
+            const bool taken = scope == BodyKernelClaim::All || (scope == BodyKernelClaim::Faster && is_faster(w->type));
             return taken && std::strcmp(w->name, "output.weight") != 0 &&
                    std::strcmp(w->name, "token_embd.weight") != 0;
         }
@@ -291,6 +303,16 @@ bool register_body_kernels() {
 bool body_kernels_available() {
     static const bool available = register_body_kernels();
     return available;
+}
+
+std::vector<std::string> faster_body_types() {
+    std::vector<std::string> out;
+    for (ggml_type type : faster_types()) {
+        std::string name = ggml_type_name(type);  // "q4_K": GGUF's spelling is "Q4_K"
+        std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::toupper(c); });
+        out.push_back(name);
+    }
+    return out;
 }
 
 BodyKernelClaim::BodyKernelClaim(Scope scope) { claimed = scope; }

@@ -13,8 +13,8 @@
 // (q6k_head.h). Other quantized types go through ggml's own one-row dot product (vec_dot), row
 // by row: batch invariant too, at ggml's one-row speed.
 //
-// Default mode uses the Q8_0 and Q5_0 kernel too (faster than llama.cpp's for any row count
-// here); exact mode every kernel (BodyKernelClaim).
+// Default mode uses the kernels that are faster than llama.cpp's for any row count here
+// (faster_body_types()); exact mode every kernel (BodyKernelClaim).
 #pragma once
 
 #include <cstdint>
@@ -36,8 +36,7 @@ class BodyKernelClaim {
 public:
     enum Scope {
         // The types localspec's kernels multiply faster than llama.cpp's for one row and for a
-        // prompt's hundreds, small matrices and large: Q8_0 and Q5_0 (llama.cpp: llamafile's
-        // sgemm). The rest stays llama.cpp's (its Q4_K kernels win on large prompts).
+        // prompt's hundreds, small matrices and large: faster_body_types().
         Faster = 1,
         // Every quantized matrix: what exact mode needs (no repacked layout may compute a row).
         All = 2,
@@ -47,6 +46,14 @@ public:
     BodyKernelClaim(const BodyKernelClaim&) = delete;
     BodyKernelClaim& operator=(const BodyKernelClaim&) = delete;
 };
+
+// The ggml type names default mode's claim (BodyKernelClaim::Faster) takes: Q8_0 and Q5_0
+// everywhere (llama.cpp's: llamafile's sgemm); Q6_K too where AVX-512's pair tiles run
+// (int8_tiles.h), which make a prompt's hundreds of rows faster than llama.cpp's one-row dot
+// products. Q4_K stays llama.cpp's: its repacked one-row kernel is ~15% faster than localspec's
+// (whose activations carry a scale per 32 values, not per 256), though localspec's wins from 2
+// rows on (docs/design.md, "Body kernels").
+std::vector<std::string> faster_body_types();
 
 // How many weights localspec's buffer type holds in this process (tests: a model loaded under a
 // claim must have put its matrices there).

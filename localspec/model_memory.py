@@ -30,17 +30,23 @@ _PACKED_BLOCK_BYTES = {"Q5_0": (22, 34), "Q4_0": (18, 34), "Q4_K": (144, 148)}
 
 
 def widened_types(*, exact: bool, fast_body: bool, repack: bool = True, rpc: bool = False,
-                  gpu_backend: bool = False) -> tuple[str, ...]:
+                  gpu_backend: bool = False,
+                  faster: tuple[str, ...] | None = None) -> tuple[str, ...]:
     """The body matrix types localspec's kernels hold in a larger layout, by the rule the core
     applies (csrc/engine.cpp, BodyKernelClaim; csrc/llama_backend.cpp): in exact mode every
-    quantized matrix is theirs, in default mode Q8_0 and Q5_0 with ``fast_body`` unless
-    ``repack`` is off (the file's layout) or a GPU backend's pinned host memory takes the
-    CPU-held matrices first (``gpu_backend``), and none with RPC workers."""
+    quantized matrix is theirs; in default mode the ``faster`` types (default: this CPU's,
+    ``_core.faster_body_types()``) with ``fast_body``, unless ``repack`` is off (the file's
+    layout) or a GPU backend's pinned host memory takes the CPU-held matrices first
+    (``gpu_backend``); none with RPC workers."""
     if rpc:
         return ()
     if exact:
-        return ("Q5_0", "Q4_0", "Q4_K")
-    return ("Q5_0",) if fast_body and repack and not gpu_backend else ()
+        return tuple(_PACKED_BLOCK_BYTES)
+    if not fast_body or not repack or gpu_backend:
+        return ()
+    taken = _faster_body_types() if faster is None else faster
+    return tuple(t for t in _PACKED_BLOCK_BYTES if t in taken)
+
 
 @dataclass(frozen=True)
 class ModelMemory:
@@ -197,6 +203,14 @@ def model_memory(path: str | os.PathLike[str], *, fast_head: bool = True,
     if memory.head_copy_bytes and not copy_made:
         memory = replace(memory, head_copy_bytes=0)
     return memory
+
+
+def _faster_body_types() -> tuple[str, ...]:
+    try:
+        from localspec import _core
+    except ImportError:
+        return ()
+    return tuple(_core.faster_body_types())
 
 
 def _output_head_supported() -> bool:

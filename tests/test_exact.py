@@ -83,9 +83,10 @@ def body_matrices(path: Path, types: set[str] | None = None) -> int:
 def test_exact_mode_computes_the_body_with_localspec_kernels(wide_models: dict[str, Path],
                                                              qtype: str) -> None:
     """An exact target puts every quantized body matrix in localspec's buffer type
-    (csrc/body_matmul.h); a default-mode target its Q8_0 and Q5_0 ones (llama.cpp's for the
-    rest), none with ``fast_body=False``. A GPU build keeps a default-mode target's CPU-held
-    matrices in the GPU's pinned memory instead (llama.cpp computes its prompts there)."""
+    (csrc/body_matmul.h); a default-mode target those of the types where localspec's kernels
+    are faster on this CPU (Q8_0 and Q5_0; Q4_K and Q6_K too with AVX-512 VNNI), none with
+    ``fast_body=False``. A GPU build keeps a default-mode target's CPU-held matrices in the
+    GPU's pinned memory instead (llama.cpp computes its prompts there)."""
     path = wide_models[qtype]
 
     def placed(**options: Any) -> int:
@@ -94,7 +95,7 @@ def test_exact_mode_computes_the_body_with_localspec_kernels(wide_models: dict[s
             return _core.testing.body_kernel_tensors() - before
 
     assert placed(fast_body=False) == 0
-    faster = 0 if has_gpu_backend() else body_matrices(path, {"Q8_0", "Q5_0"})
+    faster = 0 if has_gpu_backend() else body_matrices(path, set(_core.faster_body_types()))
     assert placed() == faster
     assert placed(exact=True) == body_matrices(path) > (0 if qtype != "F16" else -1)
 
@@ -113,10 +114,15 @@ def test_memory_plan_counts_the_widened_matrices(wide_models: dict[str, Path]) -
 
 
 def test_the_plan_widens_what_the_core_places() -> None:
-    """The memory plan's mirror of the core's placement: default mode widens Q5_0 on a
-    CPU-only build, nothing where a GPU backend's pinned memory takes the CPU-held matrices
-    (exact mode skips that memory: it widens every type), with --no-repack, or over RPC."""
-    assert widened_types(exact=False, fast_body=True) == ("Q5_0",)
+    """The memory plan's mirror of the core's placement: default mode widens the faster types
+    it takes (Q5_0, and Q4_K where AVX-512's kernels take it) on a CPU-only build, nothing
+    where a GPU backend's pinned memory takes the CPU-held matrices (exact mode skips that
+    memory: it widens every type), with --no-repack, or over RPC."""
+    assert widened_types(exact=False, fast_body=True, faster=("Q8_0", "Q5_0")) == ("Q5_0",)
+    assert widened_types(exact=False, fast_body=True,
+                         faster=("Q8_0", "Q5_0", "Q4_K", "Q6_K")) == ("Q5_0", "Q4_K")
+    expected = ("Q5_0", "Q4_K") if "Q4_K" in _core.faster_body_types() else ("Q5_0",)
+    assert widened_types(exact=False, fast_body=True) == expected
     assert widened_types(exact=False, fast_body=True, gpu_backend=True) == ()
     assert widened_types(exact=False, fast_body=True, repack=False) == ()
     assert widened_types(exact=True, fast_body=True, gpu_backend=True) == ("Q5_0", "Q4_0", "Q4_K")
@@ -137,7 +143,8 @@ def test_exact_rows_are_batch_invariant_over_two_threads(wide_models: dict[str, 
 def test_default_mode_rows_differ(wide_models: dict[str, Path]) -> None:
     """Without exact mode llama.cpp's repacked Q4_K kernels give batched rows other bits: the
     invariance check can fail."""
-    with Engine.load(wide_models["Q4_K_M"], draft="none", n_ctx=1024, n_threads=1) as engine:
+    with Engine.load(wide_models["Q4_K_M"], draft="none", n_ctx=1024, n_threads=1,
+                     fast_body=False) as engine:
         assert not engine.info.exact
         assert differing_row_counts(engine, _tokens(engine, 48)) != []
 
@@ -149,8 +156,8 @@ def test_no_repack_keeps_the_one_row_kernels_of_small_passes(
     layout differs from 4 rows (docs/exact.md's table). So do exact mode's kernels
     (localspec's Q4_K and Q6_K kernels here). A GPU build never repacks CPU-held weights: it
     keeps them in the file layout, in the GPU's pinned memory."""
-    loads: dict[str, dict[str, bool]] = {
-        "llama.cpp repacked": {}, "file layout": {"repack": False}, "exact": {"exact": True}}
+    loads: dict[str, dict[str, bool]] = {"llama.cpp repacked": {"fast_body": False},
+                                         "file layout": {"repack": False}, "exact": {"exact": True}}
     small: dict[str, list[int]] = {}
     for name, options in loads.items():
         with Engine.load(wide_models["Q4_K_M"], draft="none", n_ctx=1024, n_threads=1,
