@@ -254,6 +254,33 @@ def test_bench_clients_compares_servers(tiny_model_path: Path) -> None:
         assert row["median_ttft_parallel_2"] > 0
 
 
+def test_bench_clients_rounds_take_turns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both servers stay up and the rounds alternate between them, the order swapped on every
+    repeat, so that drift hits both alike (the servers and rounds are stand-ins here; the test
+    above runs real ones)."""
+    from contextlib import contextmanager
+
+    from localspec.bench import serving
+    from localspec.prompts import Prompt
+
+    up: list[int] = []
+
+    @contextmanager
+    def server(_args: list[str], slots: int) -> Iterator[str]:
+        up.append(slots)
+        yield f"url{slots}"
+
+    monkeypatch.setattr(serving, "_Server", server)
+    monkeypatch.setattr(serving, "_request", lambda *args, **kwargs: (1, 0.1))
+    monkeypatch.setattr(serving, "_round", lambda url, slots, prompts, params: serving.Round(
+        slots, len(prompts), 1, 1.0, [0.1]))
+    prompts = [Prompt(f"p{i}", "qa", f"text {i}") for i in range(2)]
+    rounds = serving.run_serving([], prompts, GenerationParams(), [1, 2], 4, repeat=2)
+    assert up == [1, 4]
+    assert [(r.parallel, r.clients) for r in rounds] == [
+        (1, 1), (4, 1), (1, 2), (4, 2), (4, 1), (1, 1), (4, 2), (1, 2)]
+
+
 def test_bench_clients_refuses_a_bad_list(tiny_model_path: Path) -> None:
     from tests.helpers import run_bench
 

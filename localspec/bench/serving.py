@@ -1,12 +1,15 @@
 """`localspec bench --clients 1,2,4,8`: batched serving measured as clients see it.
 
-The same prompts go to two real servers (``localspec serve`` in a child process, one after
-the other, never both at once): one with ``--parallel 1`` (one generation at a time) and one
-with ``--parallel N``. For each number of concurrent streaming clients, every client sends
-one prompt; the round's aggregate tokens per second (all generated tokens over the round's
-wall time) and each client's time to first token (first streamed text) are recorded. Each
-round runs ``repeat`` times, taking turns with the other client counts; the table gives the
-median aggregate rate and the median time to first token over all of them.
+The same prompts go to two real servers (``localspec serve`` in child processes): one with
+``--parallel 1`` (one generation at a time) and one with ``--parallel N``. Both are started
+(one after the other, each calibrating alone) and stay up; the rounds then take turns between
+them, the order swapped on every repeat, so that the machine's drift hits both alike (an idle
+server waits without computing; its model does take memory). For each number of concurrent
+streaming clients, every client sends one prompt; the round's aggregate tokens per second
+(all generated tokens over the round's wall time) and each client's time to first token
+(first streamed text) are recorded. Each round runs ``repeat`` times, taking turns with the
+other client counts; the table gives the median aggregate rate and the median time to first
+token over all of them.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,18 +76,21 @@ def parse_clients(text: str) -> list[int]:
 
 def run_serving(model_args: list[str], prompts: list[Prompt], params: GenerationParams,
                 clients: list[int], parallel: int, repeat: int = 1) -> list[Round]:
-    """Every client count against --parallel 1, then against --parallel ``parallel``."""
+    """Every client count against --parallel 1 and --parallel ``parallel``, taking turns."""
     if len(prompts) < max(clients):
         raise InvalidParameterError(
             f"{max(clients)} clients need as many prompts; the prompt set has {len(prompts)}.")
     rounds: list[Round] = []
-    for slots in (1, parallel):
-        with _Server(model_args, slots) as url:
+    with ExitStack() as stack:
+        urls = {}
+        for slots in (1, parallel):
+            urls[slots] = stack.enter_context(_Server(model_args, slots))
             with httpx.Client(timeout=600) as client:  # warm-up: start-up calibration, caches
-                _request(client, url, prompts[0], params)
-            for _ in range(repeat):
-                for count in clients:
-                    rounds.append(_round(url, slots, prompts[:count], params))
+                _request(client, urls[slots], prompts[0], params)
+        for r in range(repeat):
+            for count in clients:
+                for slots in ((1, parallel) if r % 2 == 0 else (parallel, 1)):
+                    rounds.append(_round(urls[slots], slots, prompts[:count], params))
     return rounds
 
 
