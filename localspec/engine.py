@@ -66,6 +66,11 @@ class Engine:
         self._reloading = False  # RPC: a new engine thread loads the model again
         self._watching = True  # RPC: the watcher supervises the current engine thread
         self._stopped = threading.Event()
+        # The text helpers run on the callers' threads: this lock keeps the core they read from
+        # being closed under them. A core whose engine thread ended after a lost RPC worker is
+        # retired, not closed: its vocabulary serves them until the next core is in place.
+        self._text_lock = threading.Lock()
+        self._retired: list[_core.Core] = []
         loaded = self._start_thread(Job(lambda: open_core(options)))
         thread = self._thread
         try:
@@ -226,17 +231,21 @@ class Engine:
     def tokenize(
         self, text: str, add_special: bool = True, parse_special: bool = True
     ) -> list[int]:
-        return self._core.tokenize(text, add_special, parse_special)
+        with self._text_lock:
+            return self._core.tokenize(text, add_special, parse_special)
 
     def detokenize(self, tokens: Sequence[int]) -> str:
-        return self._core.detokenize(list(tokens))
+        with self._text_lock:
+            return self._core.detokenize(list(tokens))
 
     def token_text(self, token: int) -> str:
-        return self._core.token_text(token)
+        with self._text_lock:
+            return self._core.token_text(token)
 
     def check_grammar(self, gbnf: str) -> None:
         """Raise InvalidParameterError when a GBNF grammar does not parse."""
-        self._core.check_grammar(gbnf)
+        with self._text_lock:
+            self._core.check_grammar(gbnf)
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -269,6 +278,7 @@ class Engine:
             self._stopped.set()
             thread, requests = self._thread, self._requests
         if thread is None:  # its engine thread was lost with an RPC worker
+            self._close_retired()
             return
         requests.put(None)
         while thread.is_alive():  # the engine thread frees the contexts on its way out
@@ -308,9 +318,16 @@ class Engine:
         with self._lock:
             self._watching = True
         core, info = open_core(self.options)
-        with self._lock:
+        with self._text_lock, self._lock:
             self._core, self.info, self._reloading = core, info, False
+        self._close_retired()
         return core, info
+
+    def _close_retired(self) -> None:
+        with self._text_lock, self._lock:
+            retired, self._retired = self._retired, []
+            for core in retired:
+                core.close()
 
     def _serve(self, load: Job, requests: queue.Queue[RequestHandle | Job | None]) -> None:
         load.run()
@@ -320,7 +337,13 @@ class Engine:
             return
         core, info = load.future.result()
         EngineLoop(core, info, requests, self._request_done, self._pass_observers).run()
-        core.close()  # the engine thread frees the contexts (not those on a lost worker)
+        with self._lock:
+            lost = not self._closed and self._thread is not threading.current_thread()
+            if lost:
+                self._retired.append(core)
+        if not lost:
+            with self._text_lock:
+                core.close()  # the engine thread frees the contexts (not those on a lost worker)
 
     def _load_failed(self, requests: queue.Queue[Any], error: BaseException) -> None:
         """A (re)load failed: what waits for it fails with the same error."""

@@ -58,6 +58,7 @@ def test_a_worker_gone_while_idle_then_back_reloads_the_model(tiny_model_path: P
         engine = Engine.load(tiny_model_path, draft="ngram", n_ctx=512, n_threads=1,
                              rpc=(killed, other))
         before = engine.generate(PROMPT, **GREEDY)
+        lost_thread = engine._thread
         victim.kill()
         victim.wait()
         deadline = time.monotonic() + 30
@@ -65,6 +66,12 @@ def test_a_worker_gone_while_idle_then_back_reloads_the_model(tiny_model_path: P
             assert time.monotonic() < deadline, "the watcher never noticed"
             time.sleep(0.05)
         assert killed in (engine.failure or "")
+        assert lost_thread is not None
+        lost_thread.join(30)  # its engine thread has ended ...
+        assert not lost_thread.is_alive()
+        # ... and the text helpers (a server tokenizes each request before it is refused with
+        # a 503) still read its vocabulary
+        assert engine.detokenize(engine.tokenize(PROMPT, add_special=False)) == PROMPT
         with pytest.raises(RemoteWorkerError, match=f"RPC worker at {killed}"):
             engine.generate("again", max_tokens=2)  # the probe finds nobody: still lost
         assert engine.status == "worker_lost"
