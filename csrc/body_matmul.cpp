@@ -49,7 +49,7 @@ Layout layout_of(const ggml_tensor* w) {
 std::vector<ggml_type> faster_types() {
     std::vector<ggml_type> out{GGML_TYPE_Q8_0, GGML_TYPE_Q5_0};
     const std::vector<std::string>& kernels = head_kernel_names();
-    if (!kernels.empty() && kernels.front() == "avx512vnni") out.push_back(GGML_TYPE_Q6_K);
+    if (!kernels.empty() && kernels.front() == "avx512vnni") out.insert(out.end(), {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K});
     return out;
 }
 

@@ -48,11 +48,10 @@ public:
 };
 
 // The ggml type names default mode's claim (BodyKernelClaim::Faster) takes: Q8_0 and Q5_0
-// everywhere (llama.cpp's: llamafile's sgemm); Q6_K too where AVX-512's pair tiles run
-// (int8_tiles.h), which make a prompt's hundreds of rows faster than llama.cpp's one-row dot
-// products. Q4_K stays llama.cpp's: its repacked one-row kernel is ~15% faster than localspec's
-// (whose activations carry a scale per 32 values, not per 256), though localspec's wins from 2
-// rows on (docs/design.md, "Body kernels").
+// everywhere (llama.cpp's: llamafile's sgemm); Q4_K and Q6_K too where AVX-512's pair tiles run
+// (int8_tiles.h): then a prompt's hundreds of rows are as fast as llama.cpp's repacked Q4_K
+// kernel and faster than its Q6_K one, and 2-8 rows 20-35% faster, at one row about level
+// (docs/design.md, "Body kernels"). Without them llama.cpp's Q4_K kernels win on large prompts.
 std::vector<std::string> faster_body_types();
 
 // How many weights localspec's buffer type holds in this process (tests: a model loaded under a
