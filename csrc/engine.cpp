@@ -38,7 +38,7 @@ std::shared_ptr<Model> load_target(const EngineOptions& options) {
     ModelOptions model{options.target_path, options.n_gpu_layers_target};
     model.repack = options.repack && !options.exact;
     // Which matrices localspec's kernels take (body_matmul.h): every quantized one in exact mode,
-    // Q8_0/Q5_0 in default mode unless the weights keep their file layout (--no-repack); none
+    // faster_body_types() in default mode unless the weights keep their file layout (--no-repack); none
     // over RPC, where a worker computes its layers itself.
     model.body_kernels = !options.rpc.empty() ? 0
                          : options.exact      ? BodyKernelClaim::All

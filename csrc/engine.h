@@ -41,8 +41,8 @@ struct EngineOptions {
     float draft_p_min = 0.4f;  // model drafter stops when its top probability falls below this
     int controller_k_max = kAutoDraftMax;  // the longest draft the adaptive controller may choose
     bool fast_head = true;  // logits from localspec's Q8_0 head when possible (target and draft)
-    // The target's Q8_0 and Q5_0 body matrices multiplied by localspec's int8 kernel
-    // (body_matmul.h) where this CPU runs it, unless `repack` is off (the weights then keep
+    // The target's body matrices of faster_body_types() multiplied by localspec's int8
+    // kernels (body_matmul.h) where this CPU runs them, unless `repack` is off (the weights then keep
     // their file layout); exact mode puts every quantized matrix there.
     bool fast_body = true;
     std::string kv_type = "f16";  // KV cache type of both contexts (ggml's type name)

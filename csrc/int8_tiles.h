@@ -44,6 +44,11 @@ __attribute__((target(LOCALSPEC_AVX512_PAIR))) inline __m512 pair_fp16(const voi
                                                    _mm_loadu_si128(static_cast<const __m128i*>(b)), 1));
 }
 
+// Two groups' 8 bytes as the 16 bytes of one 128-bit vector.
+__attribute__((target(LOCALSPEC_AVX512_PAIR))) inline __m128i pair_bytes(const void* a, const void* b) {
+    return _mm_unpacklo_epi64(_mm_loadl_epi64(static_cast<const __m128i*>(a)), _mm_loadl_epi64(static_cast<const __m128i*>(b)));
+}
+
 // The 16 outputs of a pair tile's accumulator: group g's 8, then group g + 1's (valid as in
 // store_group, counted from group g).
 __attribute__((target(LOCALSPEC_AVX512_PAIR))) inline void store_pair(float* out, __m512 acc, int64_t valid) {
@@ -54,16 +59,10 @@ __attribute__((target(LOCALSPEC_AVX512_PAIR))) inline void store_pair(float* out
 }  // namespace localspec
 
 // A kernel's HeadKernels from its tile templates tile_avx512vnni<R>, tile_avxvnni<R> and
-// tile_avx2<R>: tiles of up to 8 rows with AVX-512's 32 vector registers, 4 with AVX2's 16.
+// tile_avx2<R> (tiles of up to 8 rows with AVX-512's 32 vector registers, 4 with AVX2's 16) and
+// AVX-512's pair tiles pair_avx512vnni<R> (two groups at once), which run_tiles uses where a
+// block's weights are in cache.
 #define LOCALSPEC_TILE_KERNELS(JOB)                                                                       \
-    {run_groups<JOB, tile_avx512vnni<1>, tile_avx512vnni<2>, tile_avx512vnni<3>, tile_avx512vnni<4>,     \
-                tile_avx512vnni<5>, tile_avx512vnni<6>, tile_avx512vnni<7>, tile_avx512vnni<8>>,         \
-     run_groups<JOB, tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>>,                \
-     run_groups<JOB, tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>>}
-
-// The same with AVX-512's pair tiles pair_avx512vnni<R> (two groups at once) where a block's
-// weights are in cache (run_tiles).
-#define LOCALSPEC_PAIRED_TILE_KERNELS(JOB)                                                                \
     {run_group_pairs<JOB, PairTiles<JOB, pair_avx512vnni<1>, pair_avx512vnni<2>, pair_avx512vnni<3>,      \
                                     pair_avx512vnni<4>, pair_avx512vnni<5>, pair_avx512vnni<6>,           \
                                     pair_avx512vnni<7>, pair_avx512vnni<8>, tile_avx512vnni<1>,           \

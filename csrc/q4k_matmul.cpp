@@ -132,17 +132,15 @@ LOCALSPEC_Q4K_TILE(tile_avxvnni, "avx2,fma,f16c,avxvnni", _mm256_dpbusd_avx_epi3
 LOCALSPEC_Q4K_TILE(tile_avx2, "avx2,fma,f16c", dot_unsigned_avx2)
 #undef LOCALSPEC_Q4K_TILE
 
+// Two groups' 8 unsigned bytes as 16 floats.
+__attribute__((target(LOCALSPEC_AVX512_PAIR))) inline __m512 pair_u8(const uint8_t* a, const uint8_t* b) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(pair_bytes(a, b)));
+}
+
 // Two neighbouring groups (16 output rows) in 512-bit registers, for tiles whose weights are in
 // cache (run_tiles): as in the Q8_0 kernel, one broadcast of x and one set of float operations
 // per sub-block serve both groups. Each lane computes what tile_avx512vnni computes for its row,
 // in the same order: the same bits.
-// Two groups' 8 unsigned bytes as 16 floats.
-__attribute__((target(LOCALSPEC_AVX512_PAIR))) inline __m512 pair_u8(const uint8_t* a, const uint8_t* b) {
-    const __m128i bytes = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a)),
-                                             _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
-    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes));
-}
-
 template <int ROWS>
 __attribute__((target(LOCALSPEC_AVX512_PAIR))) void pair_avx512vnni(const Job& job, int64_t g, int first_row) {
     const int nsb = job.n_superblocks, nb = nsb * 8;
@@ -190,7 +188,7 @@ __attribute__((target(LOCALSPEC_AVX512_PAIR))) void pair_avx512vnni(const Job& j
 #undef LOCALSPEC_UNROLL
 
 HeadKernels<Run> kernels() {
-    return LOCALSPEC_PAIRED_TILE_KERNELS(Job);
+    return LOCALSPEC_TILE_KERNELS(Job);
 }
 
 #else

@@ -307,9 +307,7 @@ __attribute__((target(LOCALSPEC_AVX512_PAIR))) void pair_avx512vnni(const Job& j
             const __m512i wk2 = _mm512_or_si512(_mm512_and_si512(lo23, low4), _mm512_and_si512(hi, high2));
             const __m512i wk3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lo23, 4), low4),
                                                 _mm512_and_si512(_mm512_srli_epi16(hi, 2), high2));
-            const __m512i scale = _mm512_cvtepi8_epi32(
-                _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc0 + at * 8)),
-                                   _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc1 + at * 8))));
+            const __m512i scale = _mm512_cvtepi8_epi32(pair_bytes(sc0 + at * 8, sc1 + at * 8));
             LOCALSPEC_UNROLL for (int r = 0; r < ROWS; ++r) {
                 const size_t rsj = (static_cast<size_t>(first_row + r) * ns + s) * 16 + j;
                 const int32_t* x = job.q->words.data() + rsj * 4;
@@ -334,7 +332,7 @@ __attribute__((target(LOCALSPEC_AVX512_PAIR))) void pair_avx512vnni(const Job& j
 #undef LOCALSPEC_UNROLL
 
 HeadKernels<Run> kernels() {
-    return LOCALSPEC_PAIRED_TILE_KERNELS(Job);
+    return LOCALSPEC_TILE_KERNELS(Job);
 }
 
 #else

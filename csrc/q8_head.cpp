@@ -240,7 +240,7 @@ __attribute__((target(LOCALSPEC_AVX512_PAIR))) void pair_avx512vnni(const Job& j
 // accumulator per row), 4 with AVX2's 16: each group's weights are read once for a whole
 // typical verification batch.
 HeadKernels<Run> kernels() {
-    return LOCALSPEC_PAIRED_TILE_KERNELS(Job);
+    return LOCALSPEC_TILE_KERNELS(Job);
 }
 
 #else

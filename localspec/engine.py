@@ -103,8 +103,8 @@ class Engine:
         temperature > 0, else drafts greedily), ``draft_p_min`` (a draft model stops drafting
         when its most likely token is below this probability), ``fast_head`` (logits from
         localspec's Q8_0/Q6_K CPU head where it applies), ``fast_body`` (the body's
-        Q8_0/Q5_0 matrices by localspec's CPU kernel), ``kv_type``, ``repack`` (llama.cpp's
-        repacked CPU weight layouts), ``exact`` (batch-invariant
+        matrices of ``_core.faster_body_types()`` by localspec's CPU kernels), ``kv_type``,
+        ``repack`` (llama.cpp's repacked CPU weight layouts), ``exact`` (batch-invariant
         target passes, so speculative output equals plain output bit for bit: docs/exact.md),
         ``parallel`` (generations that share each target pass: localspec.engine_loop) and
         ``verbose``.
@@ -324,8 +324,9 @@ class Engine:
         return core, info
 
     def _close_retired(self) -> None:
-        with self._text_lock, self._lock:
-            retired, self._retired = self._retired, []
+        with self._text_lock:
+            with self._lock:
+                retired, self._retired = self._retired, []
             for core in retired:
                 core.close()
 

@@ -55,8 +55,9 @@ class LoadOptions:
     # Logits from localspec's own Q8_0 or Q6_K head on the CPU (csrc/q8_head.h, q6k_head.h)
     # when the model's head allows it; False: always llama.cpp's.
     fast_head: bool = True
-    # The target's Q8_0 and Q5_0 body matrices multiplied by localspec's int8 kernel
-    # (csrc/body_matmul.h) where this CPU runs it and ``repack`` holds; False: llama.cpp's
+    # The target's body matrices of the types localspec's int8 kernels multiply faster
+    # (_core.faster_body_types(): Q8_0 and Q5_0; Q4_K and Q6_K too with AVX-512 VNNI;
+    # csrc/body_matmul.h) where this CPU runs them and ``repack`` holds; False: llama.cpp's
     # (exact mode always uses localspec's, for every quantized matrix).
     fast_body: bool = True
     kv_type: str = "f16"  # the KV cache type of both models (planner.KV_TYPES)

@@ -45,8 +45,8 @@ MODE_PAIRS = (("default", "exact"), ("local", "rpc"), ("llama-body", "default"))
 
 def mode_options(options: LoadOptions, mode: str) -> LoadOptions:
     """How `mode` loads the pair that `options` describe: exact mode or not; this machine
-    alone ("local") or with the options' RPC workers ("rpc"); the body's Q8_0/Q5_0 matrices
-    by llama.cpp's kernels ("llama-body") instead of localspec's."""
+    alone ("local") or with the options' RPC workers ("rpc"); the body's matrices by
+    llama.cpp's kernels ("llama-body") instead of localspec's."""
     if mode in ("default", "exact"):
         return replace(options, exact=mode == "exact")
     if mode == "llama-body":

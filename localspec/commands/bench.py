@@ -99,7 +99,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "process, and reports exact / default (docs/exact.md); 'local,rpc' "
                         "the same for this machine alone and with the --rpc workers "
                         "(docs/rpc.md); 'llama-body,default' llama.cpp's kernels for the "
-                        "body's Q8_0/Q5_0 matrices against localspec's (docs/bench.md); one "
+                        "body's matrices against localspec's (docs/bench.md); one "
                         "of: " + " | ".join(MODE_CHOICES) + " (default: the mode --exact picks)")
     parser.add_argument("--baseline", choices=BASELINES,
                         help="also run llama-cpp-python's plain and prompt-lookup generation "
