@@ -12,8 +12,12 @@
 # cores), then localspec against it (~30 s), then runs pytest with what time is left.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VERSION=0.3.36
+VERSION=$(grep -om1 'llama-cpp-python==[0-9.]*' pyproject.toml | cut -d= -f3)  # the pin
 KIT=.gpu
+# What the machine's image may lack; their dependencies come along (prepare) or are found
+# installed there (device).
+PACKAGES=(fastapi uvicorn sse-starlette prometheus-client textual platformdirs jinja2 gguf
+          diskcache openai pytest-asyncio pytest-textual-snapshot safetensors)
 
 prepare() {
     mkdir -p "$KIT" .git/info
@@ -31,9 +35,7 @@ prepare() {
     tar cJf "$KIT/llama-src.tar.xz" -C "$tmp" "llama_cpp_python-$VERSION"
     rm -rf "$KIT/whl" && mkdir -p "$KIT/whl"
     pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
-        --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d "$KIT/whl" \
-        fastapi uvicorn sse-starlette prometheus-client textual platformdirs jinja2 gguf \
-        diskcache openai pytest-asyncio pytest-textual-snapshot safetensors
+        --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d "$KIT/whl" "${PACKAGES[@]}"
     cp scripts/gpu_kit.sh "$KIT/device.sh"
     rm -rf "$tmp"
     du -sh "$KIT"
@@ -42,9 +44,7 @@ prepare() {
 device() {
     local t0; t0=$(date +%s)
     nvidia-smi -L || true
-    python3 -m pip install -q --no-index --find-links "$KIT/whl" fastapi uvicorn sse-starlette \
-        prometheus-client textual platformdirs jinja2 gguf diskcache openai pytest-asyncio \
-        pytest-textual-snapshot safetensors
+    python3 -m pip install -q --no-index --find-links "$KIT/whl" "${PACKAGES[@]}"
     if ! python3 -c "import llama_cpp" 2>/dev/null; then
         mkdir -p /tmp/llama-src && tar xJf "$KIT/llama-src.tar.xz" -C /tmp/llama-src
         (cd /tmp/llama-src/llama_cpp_python-$VERSION && \
