@@ -90,7 +90,8 @@ Q8PackedMatrix packed_view(const ggml_tensor* w) {
     const int64_t n_out = w->ne[1];
     const int n_in = static_cast<int>(w->ne[0]);
     const auto* base = static_cast<const uint8_t*>(w->data);
-    return {base, reinterpret_cast<const uint16_t*>(base + q8_packed_weight_bytes(n_out, n_in)), n_out, n_in};
+    return {base, reinterpret_cast<const uint16_t*>(base + q8_packed_weight_bytes(n_out, n_in)), n_out, n_in,
+            w->type != GGML_TYPE_Q8_0};  // Q5_0 and Q4_0 widen to -16..15
 }
 
 // The x rows one after another (a view with gaps between rows is copied).

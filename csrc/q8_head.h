@@ -68,10 +68,14 @@ struct Q8PackedMatrix {
     const uint16_t* scales;  // q8_packed_scale_bytes(): [group][block][lane], fp16
     int64_t n_out;
     int n_in;
+    // Every value within [-16, 15] (Q5_0 and Q4_0 widened): AVX2's kernel then needs no sign
+    // trick (q8_head.cpp, tile_avx2_small).
+    bool small;
 };
 uint64_t q8_packed_weight_bytes(int64_t n_out, int n_in);
 uint64_t q8_packed_scale_bytes(int64_t n_out, int n_in);
-void q8_pack(const Q8Block* rows, int64_t n_out, int n_in, uint8_t* weights, uint16_t* scales);
+// Returns whether every value lies within [-16, 15] (Q8PackedMatrix::small).
+bool q8_pack(const Q8Block* rows, int64_t n_out, int n_in, uint8_t* weights, uint16_t* scales);
 // out[j * n_out + o] = row o . x row j (j < n_rows, x rows of n_in floats one after another),
 // for the rows o of the 8-row groups `next` hands out, with the fastest kernel this CPU runs
 // (Q8Head::cpu_supported() must hold). Each output is a sum over blocks in one order whatever

@@ -100,3 +100,35 @@ def test_kernel_rejects_wrong_sizes() -> None:
         with pytest.raises(ValueError, match="cannot run"):
             _core.testing.q8_head_logits(good, 11, 64, np.zeros((1, 64), dtype=np.float32),
                                          kernel="nope")
+
+
+def small_q8_0_bytes(rng: np.random.Generator, n_vocab: int, n_embd: int) -> np.ndarray:
+    """Q8_0 blocks whose values all lie in -16..15, as Q5_0 weights widen."""
+    blocks = q8_0_bytes(rng.standard_normal((n_vocab, n_embd))).reshape(n_vocab, -1, 34).copy()
+    values = rng.integers(-16, 16, size=(n_vocab, n_embd // 32, 32)).astype(np.int8)
+    blocks[:, :, 2:] = values.view(np.uint8)
+    return blocks.reshape(n_vocab, -1)
+
+
+@needs_vnni
+@pytest.mark.parametrize("n_rows", [1, 3, 4, 7])
+@pytest.mark.parametrize("kernel", ["avx512vnni", "avxvnni", "avx2"])
+def test_small_weights_take_a_shorter_path_to_the_same_bits(n_rows: int, kernel: str) -> None:
+    """Weights within -16..15 (Q5_0 and Q4_0 widened) let AVX2 skip its sign trick. The other
+    path's block sums are the same integers: one value of 100 in the last vocabulary row sends
+    the whole head down the signed path, and every other row's logits keep their bits; both
+    match ggml's arithmetic."""
+    if kernel not in _core.testing.q8_head_kernels():
+        pytest.skip(f"this CPU cannot run the {kernel} kernel")
+    rng = np.random.default_rng(n_rows + 40)
+    n_vocab, n_embd = 203, 128
+    small = small_q8_0_bytes(rng, n_vocab, n_embd)
+    large = small.copy()
+    large[-1, 2] = 100  # the first value of the last row's first block
+    hidden = (rng.standard_normal((n_rows, n_embd)) * 3).astype(np.float32)
+    fast = _core.testing.q8_head_logits(small, n_vocab, n_embd, hidden, kernel=kernel)
+    signed = _core.testing.q8_head_logits(large, n_vocab, n_embd, hidden, kernel=kernel)
+    assert np.array_equal(fast[:, :-1], signed[:, :-1])
+    expected = numpy_q8_0_logits(small, hidden)
+    assert np.abs(fast - expected).max() <= 1e-5 * np.abs(expected).max()
+    assert np.abs(signed - numpy_q8_0_logits(large, hidden)).max() <= 1e-5 * np.abs(expected).max()
