@@ -97,17 +97,8 @@ class Engine:
         """Load a target GGUF and a drafter: a DrafterSpec or its spelling (``"ngram"``,
         ``"none"``, a GGUF path or ``"hybrid:PATH"``; localspec.drafter_spec).
 
-        ``options`` are LoadOptions' fields, which own their defaults and checks: ``n_ctx``,
-        ``n_threads``, ``n_gpu_layers`` (target layers to offload, -1: all),
-        ``n_gpu_layers_draft``, ``draft_sampling`` (a draft model samples its tokens from q at
-        temperature > 0, else drafts greedily), ``draft_p_min`` (a draft model stops drafting
-        when its most likely token is below this probability), ``fast_head`` (logits from
-        localspec's Q8_0/Q6_K CPU head where it applies), ``fast_body`` (the body's
-        matrices of ``_core.faster_body_types()`` by localspec's CPU kernels), ``kv_type``,
-        ``repack`` (llama.cpp's repacked CPU weight layouts), ``exact`` (batch-invariant
-        target passes, so speculative output equals plain output bit for bit: docs/exact.md),
-        ``parallel`` (generations that share each target pass: localspec.engine_loop) and
-        ``verbose``.
+        ``options`` are LoadOptions' fields (``n_ctx``, ``n_threads``, ``exact``, ``parallel``
+        and the rest; localspec.loading documents each), which own their defaults and checks.
         """
         spec = draft if isinstance(draft, DrafterSpec) else DrafterSpec.parse(str(draft))
         return cls(LoadOptions(target=str(target), draft=spec, **options), max_queue=max_queue)

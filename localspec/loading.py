@@ -48,7 +48,7 @@ class LoadOptions:
     draft: DrafterSpec = AUTO
     n_ctx: int = DEFAULT_N_CTX
     n_threads: int | None = None
-    n_gpu_layers: int = -1
+    n_gpu_layers: int = -1  # target layers to offload to a GPU (-1: all)
     n_gpu_layers_draft: int | None = None  # None: same as n_gpu_layers
     draft_sampling: bool = True  # a draft model samples from q at temperature > 0
     draft_p_min: float = 0.4  # a draft model stops drafting below this top probability
