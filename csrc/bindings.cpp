@@ -413,6 +413,9 @@ PYBIND11_MODULE(_core, m) {
         .def("cancel", [](Core& c, int id) { c.engine().cancel(id); }, py::arg("id"))
         .def("n_seq", [](Core& c) { return c.engine().n_seq(); })
         .def("n_active", [](Core& c) { return c.engine().n_active(); })
+        // Keeps the GIL (microseconds): a thread that released it here could be stopped by
+        // interpreter shutdown inside pybind11's destructor that takes it back.
+        .def("release_compute_threads", [](Core&) { release_compute_threads(); })
         .def("next_token_logits", &Core::next_token_logits, py::arg("tokens"), py::arg("batch_rows") = 1)
         .def("pass_logits", &Core::pass_logits, py::arg("tokens"), py::arg("rows"))
         .def("pass_seconds", &Core::pass_seconds, py::arg("context"), py::arg("max_rows"), py::arg("repeats"))

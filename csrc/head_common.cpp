@@ -59,6 +59,12 @@ void split_over_threads(int64_t n_items, int n_threads, const std::function<void
     for (std::thread& thread : threads) thread.join();
 }
 
+void release_compute_threads() {
+#ifdef _OPENMP
+    omp_pause_resource_all(omp_pause_soft);
+#endif
+}
+
 namespace {
 
 std::vector<std::string> find_kernel_names() {

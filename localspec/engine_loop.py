@@ -107,7 +107,12 @@ class EngineLoop:
         """Run queued jobs and start queued requests while slots are free; True once the
         queue says close."""
         if block and not self._waiting:
-            self._waiting.append(self._requests.get())
+            try:
+                item = self._requests.get_nowait()
+            except queue.Empty:  # idle: free this thread's compute workers for other engines
+                self._core.release_compute_threads()
+                item = self._requests.get()
+            self._waiting.append(item)
         self._drain()
         while self._waiting:
             item = self._waiting[0]

@@ -1,0 +1,40 @@
+"""An idle engine gives back its compute threads (csrc/head_common.h, release_compute_threads).
+libgomp spins at a barrier only while it manages no more threads than the CPU has; each engine
+thread has its own OpenMP workers, so an idle engine that kept them would make every other
+engine's passes sleep and wake at each barrier (two engines on 2 cores: the busy one ~30%
+slower, docs/design.md "Threading")."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from localspec import Engine
+from localspec.types import GenerationParams
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(),
+                                reason="counts threads in /proc")
+
+
+def thread_count() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_an_idle_engine_keeps_no_compute_workers(tiny_model_path: Path) -> None:
+    if "libgomp" not in Path("/proc/self/maps").read_text():
+        pytest.skip("llama.cpp's CPU backend here does not run on OpenMP")
+    params = GenerationParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+    with Engine.load(tiny_model_path, draft="none", n_ctx=256, n_threads=3) as engine:
+        busy = 0
+        for _ in engine.stream("Once upon a time", params):
+            busy = max(busy, thread_count())  # the engine thread and its 2 workers are up
+        deadline = time.monotonic() + 10
+        while thread_count() > busy - 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert thread_count() <= busy - 2
+        # The next request starts new workers and generates as before.
+        again = engine.generate("Once upon a time", params)
+        assert again.stats.n_tokens == 24
