@@ -33,6 +33,12 @@ bool widens_to_int8(ggml_type type) {
     return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q4_0;
 }
 
+// The widened types whose values lie within -16..15 (Q5_0: -16..15, Q4_0: -8..7; widen_block):
+// Q8PackedMatrix::small.
+bool widens_within_16(ggml_type type) {
+    return type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q4_0;
+}
+
 // How a weight in this buffer type is held and multiplied: widened to int8 for the Q8_0 head's
 // kernel (q8_head.h); packed for localspec's Q4_K kernel (q4k_matmul.h) or the Q6_K head's
 // (q6k_head.h, 6 bits a value as in the file), whole super-blocks only; or in ggml's own layout for
@@ -91,7 +97,7 @@ Q8PackedMatrix packed_view(const ggml_tensor* w) {
     const int n_in = static_cast<int>(w->ne[0]);
     const auto* base = static_cast<const uint8_t*>(w->data);
     return {base, reinterpret_cast<const uint16_t*>(base + q8_packed_weight_bytes(n_out, n_in)), n_out, n_in,
-            w->type != GGML_TYPE_Q8_0};  // Q5_0 and Q4_0 widen to -16..15
+            widens_within_16(w->type)};
 }
 
 // The x rows one after another (a view with gaps between rows is copied).
