@@ -52,11 +52,9 @@ Layout layout_of(const ggml_tensor* w) {
     return Layout::File;
 }
 
+// Every type with a kernel of its own (body_matmul.h, faster_body_types()).
 std::vector<ggml_type> faster_types() {
-    std::vector<ggml_type> out{GGML_TYPE_Q8_0, GGML_TYPE_Q5_0};
-    const std::vector<std::string>& kernels = head_kernel_names();
-    if (!kernels.empty() && kernels.front() == "avx512vnni") out.insert(out.end(), {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K});
-    return out;
+    return {GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
 }
 
 bool is_faster(ggml_type type) {

@@ -47,11 +47,13 @@ public:
     BodyKernelClaim& operator=(const BodyKernelClaim&) = delete;
 };
 
-// The ggml type names default mode's claim (BodyKernelClaim::Faster) takes: Q8_0 and Q5_0
-// everywhere (llama.cpp's: llamafile's sgemm); Q4_K and Q6_K too where AVX-512's pair tiles run
-// (int8_tiles.h): then a prompt's hundreds of rows are as fast as llama.cpp's repacked Q4_K
-// kernel and faster than its Q6_K one, and 2-8 rows 20-35% faster, at one row about level
-// (docs/design.md, "Body kernels"). Without them llama.cpp's Q4_K kernels win on large prompts.
+// The ggml type names default mode's claim (BodyKernelClaim::Faster) takes: Q8_0, Q5_0, Q4_K
+// and Q6_K, on every x86 kernel set. Q8_0 and Q5_0 beat llama.cpp's (llamafile's sgemm) at any
+// row count. Q4_K and Q6_K: with AVX-512's pair tiles (int8_tiles.h) a prompt's hundreds of rows
+// are as fast as llama.cpp's repacked Q4_K kernel and faster than its Q6_K one; with AVX2 alone
+// llama.cpp's tiled kernels are level on a large matrix's long prompt, but 2-16 rows (every
+// verification pass) cost 30-45% less and a whole prompt less too (docs/design.md, "Body
+// kernels"). One row is about level everywhere.
 std::vector<std::string> faster_body_types();
 
 // How many weights localspec's buffer type holds in this process (tests: a model loaded under a
