@@ -35,8 +35,9 @@ bool body_kernels_available();
 class BodyKernelClaim {
 public:
     enum Scope {
-        // The types localspec's kernels multiply faster than llama.cpp's for one row and for a
-        // prompt's hundreds, small matrices and large: faster_body_types().
+        // The types localspec's kernels multiply faster than llama.cpp's for a verification
+        // pass's few rows and at least about as fast for one row and a prompt's hundreds:
+        // faster_body_types().
         Faster = 1,
         // Every quantized matrix: what exact mode needs (no repacked layout may compute a row).
         All = 2,
