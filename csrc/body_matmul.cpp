@@ -52,7 +52,8 @@ Layout layout_of(const ggml_tensor* w) {
     return Layout::File;
 }
 
-// Every type with a kernel of its own (body_matmul.h, faster_body_types()).
+// The types default mode takes (body_matmul.h, faster_body_types()). Q4_0 has a kernel too
+// (widens_to_int8), which only exact mode uses.
 std::vector<ggml_type> faster_types() {
     return {GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
 }

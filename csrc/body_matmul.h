@@ -52,9 +52,10 @@ public:
 // and Q6_K, on every x86 kernel set. Q8_0 and Q5_0 beat llama.cpp's (llamafile's sgemm) at any
 // row count. Q4_K and Q6_K: with AVX-512's pair tiles (int8_tiles.h) a prompt's hundreds of rows
 // are as fast as llama.cpp's repacked Q4_K kernel and faster than its Q6_K one; with AVX2 alone
-// llama.cpp's tiled kernels are level on a large matrix's long prompt, but 2-16 rows (every
-// verification pass) cost 30-45% less and a whole prompt less too (docs/design.md, "Body
-// kernels"). One row is about level everywhere.
+// llama.cpp's tiled kernels are level on a large matrix's long prompt, but one matrix of 2-16
+// rows (every verification pass) takes 1.4-1.5x less time and whole passes and prompts less too
+// (docs/design.md, "Body kernels"). One row of a matrix timed alone is level, or ~0.85x for a
+// Q6_K one larger than the cache; whole one-row passes still came out ahead.
 std::vector<std::string> faster_body_types();
 
 // How many weights localspec's buffer type holds in this process (tests: a model loaded under a
