@@ -32,6 +32,16 @@ using namespace localspec;
 
 namespace {
 
+// Computes on the calling Python thread without the GIL. Afterwards that thread's OpenMP
+// workers are ended (release_compute_threads): kept, they would count against every engine's
+// spinning barriers for as long as the thread lives, and each pass would sleep and wake its
+// workers instead (the main thread of the test suite, after one head test: sampling tests ~4x
+// slower). Engine threads release theirs when idle (engine_loop.py).
+struct ComputeOnCaller {
+    py::gil_scoped_release release;
+    ~ComputeOnCaller() { release_compute_threads(); }
+};
+
 std::vector<int> provenance_ints(const std::vector<Provenance>& p) {
     std::vector<int> out;
     out.reserve(p.size());
@@ -260,7 +270,7 @@ py::array_t<float> head_logits(const py::array_t<uint8_t, py::array::c_style>& b
     float* dst = out.mutable_data();
     const float* x = hidden.data();
     {
-        py::gil_scoped_release release;
+        ComputeOnCaller compute;
         if (reference) {
             Reference(rows, n_vocab, n_embd, x, n_rows, dst);
         } else {
@@ -279,7 +289,7 @@ std::vector<float> head_logits_at(const py::array_t<uint8_t, py::array::c_style>
     }
     std::vector<float> row(static_cast<size_t>(n_vocab), NAN);
     {
-        py::gil_scoped_release release;
+        ComputeOnCaller compute;
         Head(reinterpret_cast<const Block*>(blocks.data()), n_vocab, n_embd).compute_ids(hidden.data(), ids, row.data());
     }
     std::vector<float> out;
@@ -523,7 +533,7 @@ PYBIND11_MODULE(_core, m) {
             std::vector<float> rows(x.data(), x.data() + x.size());
             std::vector<float> out;
             {
-                py::gil_scoped_release release;
+                ComputeOnCaller compute;
                 out = body_matmul_via_ggml(type, bytes, n_out, n_in, rows, n_threads, localspec, repeat);
             }
             return py::array_t<float>({static_cast<py::ssize_t>(out.size()) / n_out, static_cast<py::ssize_t>(n_out)},
@@ -642,7 +652,7 @@ PYBIND11_MODULE(_core, m) {
                              bool extracted) {
         std::vector<float> rows;
         {
-            py::gil_scoped_release release;
+            ComputeOnCaller compute;
             backend_init(false);
             const Model model(ModelOptions{path, 0});
             rows = extracted ? extracted_layer_inputs(model, tokens, layers) : tapped_layer_inputs(model, tokens, layers);
@@ -673,7 +683,7 @@ PYBIND11_MODULE(_core, m) {
             std::vector<float> features;
             std::vector<Token> argmax;
             {
-                py::gil_scoped_release release;
+                ComputeOnCaller compute;
                 c.collect(tokens, features, argmax);
             }
             const auto n = static_cast<py::ssize_t>(tokens.size());
@@ -686,7 +696,7 @@ PYBIND11_MODULE(_core, m) {
     m.def("token_embeddings", [](const std::string& path, const std::vector<Token>& ids) {
         std::vector<float> rows;
         {
-            py::gil_scoped_release release;
+            ComputeOnCaller compute;
             rows = token_embedding_rows(path, ids);
         }
         const auto n = static_cast<py::ssize_t>(ids.size());
@@ -702,7 +712,7 @@ PYBIND11_MODULE(_core, m) {
         const std::vector<float> rows(features.data(), features.data() + features.size());
         HeadProbe probe;
         {
-            py::gil_scoped_release release;
+            ComputeOnCaller compute;
             backend_init(false);
             probe = probe_head(target, head, tokens, rows, unroll, f32_cache, n_threads);
         }
@@ -734,7 +744,7 @@ PYBIND11_MODULE(_core, m) {
     m.def("mtp_first_logits", [](const std::string& target, const std::vector<Token>& tokens, int n_threads) {
         std::vector<float> rows;
         {
-            py::gil_scoped_release release;
+            ComputeOnCaller compute;
             backend_init(false);
             rows = mtp_first_logits(target, tokens, n_threads);
         }
