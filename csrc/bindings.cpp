@@ -35,7 +35,7 @@ namespace {
 // Computes on the calling Python thread without the GIL. Afterwards that thread's OpenMP
 // workers are ended (release_compute_threads): kept, they would count against every engine's
 // spinning barriers for as long as the thread lives, and each pass would sleep and wake its
-// workers instead (the main thread of the test suite, after one head test: sampling tests ~4x
+// workers instead (the main thread of the test suite, after one head test: sampling tests 4-6x
 // slower). Engine threads release theirs when idle (engine_loop.py).
 struct ComputeOnCaller {
     py::gil_scoped_release release;
