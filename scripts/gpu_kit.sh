@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Running the test suite on a lent GPU machine (docs/gpu.md), which reaches no package index.
 #
-#   bash scripts/gpu_kit.sh prepare   # here: fills .gpu/ (git-ignored via .git/info/exclude)
-#   bash .gpu/device.sh [pytest args]  # there, from the repository root, with .gpu carried
+#   bash scripts/gpu_kit.sh prepare     # here: fills .gpu/ (git-ignored via .git/info/exclude)
+#   bash scripts/gpu_kit.sh cuda-wheel  # here, optional (~42 min on 2 cores): .gpu/cuwhl/
+#   bash .gpu/device.sh [pytest args]    # there, from the repository root, with .gpu carried
 #
 # `prepare` packs llama-cpp-python's sdist (its vendored llama.cpp without models, docs, git
 # history or the backends a CUDA build does not use: ~5 MB) and Python 3.12 wheels of
@@ -10,6 +11,9 @@
 # many, not all: fastapi needs opentelemetry-api, openai needs httpx2, llama_cpp needs
 # diskcache). `device.sh` builds llama-cpp-python with CUDA (sm_90) and RPC (~260 s on 16
 # cores), then localspec against it (~30 s), then runs pytest with what time is left.
+# `cuda-wheel` builds that llama-cpp-python here instead (nvcc is here; cuBLAS comes from its
+# wheel, libcuda from an empty stub), so that the device spends ~45 s installing, not ~310 s
+# building: carry .gpu/whl, .gpu/cuwhl and .gpu/device.sh (under the 64 MiB a call carries).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSION=$(grep -om1 'llama-cpp-python==[0-9.]*' pyproject.toml | cut -d= -f3)  # the pin
@@ -36,15 +40,56 @@ prepare() {
     rm -rf "$KIT/whl" && mkdir -p "$KIT/whl"
     pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d "$KIT/whl" "${PACKAGES[@]}"
+    rm -f "$KIT"/whl/numpy-*.whl  # the image holds numpy; 15 MB less to carry
     cp scripts/gpu_kit.sh "$KIT/device.sh"
     rm -rf "$tmp"
     du -sh "$KIT"
+}
+
+cuda_wheel() {
+    local cuda tmp; cuda=$(dirname "$(readlink -f "$(command -v nvcc)")")/..; tmp=$(mktemp -d)
+    local lib="$cuda/targets/x86_64-linux/lib" inc="$cuda/targets/x86_64-linux/include"
+    if [ ! -e "$inc/cublas_v2.h" ]; then
+        pip download -q --no-deps --only-binary=:all: "nvidia-cublas>=13,<14" -d "$tmp"
+        unzip -q "$tmp"/nvidia_cublas-*.whl -d "$tmp/cublas"
+        cp "$tmp"/cublas/nvidia/cu*/include/* "$inc/" && cp "$tmp"/cublas/nvidia/cu*/lib/* "$lib/"
+        ln -sf libcublas.so.13 "$lib/libcublas.so" && ln -sf libcublasLt.so.13 "$lib/libcublasLt.so"
+    fi
+    if [ ! -e "$lib/stubs/libcuda.so" ]; then  # links only: the device's driver is preloaded there
+        mkdir -p "$lib/stubs" && echo 'void localspec_stub(void) {}' > "$tmp/stub.c"
+        gcc -shared -o "$lib/stubs/libcuda.so" -Wl,-soname,libcuda.so.1 "$tmp/stub.c"
+    fi
+    mkdir -p "$tmp/src" "$tmp/whl" "$tmp/site" "$KIT/cuwhl"
+    tar xJf "$KIT/llama-src.tar.xz" -C "$tmp/src"
+    local cpu="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+    cpu+=" -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON"
+    cpu+=" -DGGML_AVX_VNNI=ON -DGGML_AMX_TILE=ON -DGGML_AMX_INT8=ON -DGGML_AMX_BF16=ON"  # the lent Xeons
+    (cd "$tmp/src/llama_cpp_python-$VERSION" && CUDACXX="$cuda/bin/nvcc" \
+     CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAVA_BUILD=off -DGGML_RPC=on $cpu" \
+     pip wheel -q --no-build-isolation --no-deps . -w "$tmp/whl")
+    unzip -q "$tmp"/whl/*.whl -d "$tmp/site"
+    # A wheel holds each library three times (.so, .so.0, .so.0.x) and twice more under lib/:
+    # keep llama_cpp/lib's .so.0 and make the rest links to it.
+    for f in "$tmp"/site/llama_cpp/lib/*.so* "$tmp"/site/lib/*.so*; do
+        local base; base=$(basename "$f"); base=${base%%.so*}
+        [ -e "$tmp/site/llama_cpp/lib/$base.so.0" ] || { rm -f "$f"; continue; }
+        [ "$f" = "$tmp/site/llama_cpp/lib/$base.so.0" ] && continue
+        rm -f "$f"; ln -s "$([ "$(dirname "$f")" = "$tmp/site/lib" ] && echo ../llama_cpp/lib/)$base.so.0" "$f"
+    done
+    tar cf - -C "$tmp/site" . | xz -T0 -6 > "$KIT/cuwhl/llama_cuda.tar.xz"
+    rm -rf "$tmp"
+    du -sh "$KIT/cuwhl"
 }
 
 device() {
     local t0; t0=$(date +%s)
     nvidia-smi -L || true
     python3 -m pip install -q --no-index --find-links "$KIT/whl" "${PACKAGES[@]}"
+    if [ -e "$KIT/cuwhl/llama_cuda.tar.xz" ]; then  # cuda-wheel's build, made elsewhere
+        tar xJf "$KIT/cuwhl/llama_cuda.tar.xz" -C "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+        LD_PRELOAD=$(ldconfig -p | grep -m1 'libcuda.so.1 ' | awk '{print $NF}'); export LD_PRELOAD
+        export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}  # its cuBLAS
+    fi
     if ! python3 -c "import llama_cpp" 2>/dev/null; then
         mkdir -p /tmp/llama-src && tar xJf "$KIT/llama-src.tar.xz" -C /tmp/llama-src
         (cd /tmp/llama-src/llama_cpp_python-$VERSION && \
@@ -60,6 +105,7 @@ device() {
 
 case "${1:-device}" in
     prepare) prepare ;;
+    cuda-wheel) cuda_wheel ;;
     device) shift || true; device "$@" ;;
     *) device "$@" ;;
 esac
