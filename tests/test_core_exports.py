@@ -3,8 +3,8 @@
 What it exports comes first in the lookup scope of libllama, which loads as its dependency: an
 exported copy of std:: code (template instances, or all of libstdc++ where a toolchain links it
 statically) would take libllama's own calls. On an H200 machine whose GCC linked libstdc++
-statically, libllama's tokenizer reached the module's copy of std::locale and every model load
-crashed (docs/gpu.md)."""
+statically, the std::regex of libllama's tokenizer called into the module's copy and every model
+load crashed (docs/gpu.md)."""
 
 from __future__ import annotations
 
