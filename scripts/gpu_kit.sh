@@ -70,11 +70,13 @@ cuda_wheel() {
     unzip -q "$tmp"/whl/*.whl -d "$tmp/site"
     # A wheel holds each library three times (.so, .so.0, .so.0.x) and twice more under lib/:
     # keep llama_cpp/lib's .so.0 and make the rest links to it.
-    for f in "$tmp"/site/llama_cpp/lib/*.so* "$tmp"/site/lib/*.so*; do
-        local base; base=$(basename "$f"); base=${base%%.so*}
-        [ -e "$tmp/site/llama_cpp/lib/$base.so.0" ] || { rm -f "$f"; continue; }
-        [ "$f" = "$tmp/site/llama_cpp/lib/$base.so.0" ] && continue
-        rm -f "$f"; ln -s "$([ "$(dirname "$f")" = "$tmp/site/lib" ] && echo ../llama_cpp/lib/)$base.so.0" "$f"
+    local libs="$tmp/site/llama_cpp/lib"
+    for f in "$libs"/*.so* "$tmp"/site/lib/*.so*; do
+        local base target; base=$(basename "$f"); base=${base%%.so*}; target=$base.so.0
+        [ -e "$libs/$target" ] || { rm -f "$f"; continue; }  # lib/'s extras (llama-common)
+        [ "$f" = "$libs/$target" ] && continue
+        [ "$(dirname "$f")" = "$libs" ] || target=../llama_cpp/lib/$target
+        rm -f "$f"; ln -s "$target" "$f"
     done
     tar cf - -C "$tmp/site" . | xz -T0 -6 > "$KIT/cuwhl/llama_cuda.tar.xz"
     rm -rf "$tmp"
