@@ -881,6 +881,38 @@ bool on_head_node(ggml_tensor* t, bool ask, void* user_data) {
 
 }  // namespace
 
+namespace {
+
+// A drafter's input rows: token i at position first_pos + i reads the n_embd floats at
+// states + i * n_embd as its state; row logits_row (-1: none) asks for logits.
+struct StateRows {
+    const Token* tokens;
+    const float* states;
+    int n_embd;
+    int first_pos;
+    int logits_row;
+};
+
+// Clears `batch` and puts rows start .. end - 1 of `rows` in it; returns the last one's index.
+int32_t fill_state_batch(llama_batch_ext* batch, const StateRows& rows, int start, int end, const char* error) {
+    llama_batch_ext_clear(batch);
+    int32_t idx = -1;
+    for (int i = start; i < end; ++i) {
+        idx = llama_batch_ext_add_token(batch, 0, rows.tokens[i]);
+        const llama_pos pos = rows.first_pos + i;
+        const llama_embd state{rows.states + static_cast<size_t>(i) * static_cast<size_t>(rows.n_embd), 1,
+                               static_cast<size_t>(rows.n_embd)};
+        if (idx < 0 || !llama_batch_ext_set_pos(batch, idx, &pos) ||
+            !llama_batch_ext_set_embd_token(batch, idx, state) ||
+            (rows.logits_row >= 0 && !llama_batch_ext_set_output_logits(batch, idx, i == rows.logits_row))) {
+            throw std::runtime_error(error);
+        }
+    }
+    return idx;
+}
+
+}  // namespace
+
 struct HeadContext::Impl {
     llama_context* ctx = nullptr;
     llama_batch_ext* batch = nullptr;
@@ -961,17 +993,8 @@ void HeadContext::decode(const Token* tokens, const float* g, int n_rows) {
     impl_->tap.clear();
     for (int start = 0; start < n_rows; start += impl_->n_chunk) {
         const int end = std::min(n_rows, start + impl_->n_chunk);
-        llama_batch_ext_clear(impl_->batch);
-        for (int i = start; i < end; ++i) {
-            const int32_t idx = llama_batch_ext_add_token(impl_->batch, 0, tokens[i]);
-            const llama_pos pos = n_positions_ + i;
-            const llama_embd state{g + static_cast<size_t>(i) * static_cast<size_t>(n_embd_), 1,
-                                   static_cast<size_t>(n_embd_)};
-            if (idx < 0 || !llama_batch_ext_set_pos(impl_->batch, idx, &pos) ||
-                !llama_batch_ext_set_embd_token(impl_->batch, idx, state)) {
-                throw std::runtime_error("could not build the EAGLE-3 head's decoder batch");
-            }
-        }
+        fill_state_batch(impl_->batch, {tokens, g, n_embd_, n_positions_, -1}, start, end,
+                         "could not build the EAGLE-3 head's decoder batch");
         impl_->process(LLAMA_PROCESS_TYPE_DECODE);
     }
     n_positions_ += n_rows;
@@ -1047,19 +1070,9 @@ void MtpContext::decode(const Token* tokens, const float* h, int n_rows, int lay
     impl_->nextn.set_layer(impl_->ctx, layer);
     for (int start = 0; start < n_rows; start += impl_->n_chunk) {
         const int end = std::min(n_rows, start + impl_->n_chunk);
-        llama_batch_ext_clear(impl_->batch);
-        for (int i = start; i < end; ++i) {
-            const int32_t idx = llama_batch_ext_add_token(impl_->batch, 0, tokens[i]);
-            const llama_pos pos = n_positions_ + i;
-            const llama_embd state{h + static_cast<size_t>(i) * static_cast<size_t>(n_embd_), 1,
-                                   static_cast<size_t>(n_embd_)};
-            if (idx < 0 || !llama_batch_ext_set_pos(impl_->batch, idx, &pos) ||
-                !llama_batch_ext_set_embd_token(impl_->batch, idx, state) ||
-                !llama_batch_ext_set_output_logits(impl_->batch, idx, i + 1 == n_rows)) {
-                throw std::runtime_error("could not build the MTP layers' batch");
-            }
-            if (i + 1 == n_rows) impl_->last = idx;
-        }
+        const int32_t last = fill_state_batch(impl_->batch, {tokens, h, n_embd_, n_positions_, n_rows - 1},
+                                              start, end, "could not build the MTP layers' batch");
+        if (end == n_rows) impl_->last = last;
         take_last_error();
         const int32_t rc = llama_process(impl_->ctx, LLAMA_PROCESS_TYPE_DECODE, impl_->batch);
         if (rc != 0) {
