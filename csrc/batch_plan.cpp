@@ -24,6 +24,11 @@ void PassCostCurve::observe(int rows, double seconds) {
     seconds_.insert(seconds_.begin() + static_cast<long>(i), seconds);
 }
 
+int PassCostCurve::next_measured(int rows) const {
+    const auto it = std::upper_bound(rows_.begin(), rows_.end(), rows);
+    return it == rows_.end() ? 0 : *it;
+}
+
 double PassCostCurve::seconds(int rows) const {
     if (rows_.empty()) return 0.0;
     if (rows_.size() == 1) return seconds_[0] * std::max(1.0, static_cast<double>(rows) / rows_[0]);
@@ -39,7 +44,7 @@ double PassCostCurve::seconds(int rows) const {
 }
 
 std::vector<int> batch_draft_lengths(const std::vector<std::vector<double>>& gains, const PassCostCurve& cost,
-                                     int base_rows, double base_tokens) {
+                                     int base_rows, double base_tokens, bool probe) {
     std::vector<std::pair<double, size_t>> all;  // (gain, sequence)
     for (size_t i = 0; i < gains.size(); ++i) {
         for (double g : gains[i]) all.emplace_back(g, i);
@@ -56,6 +61,10 @@ std::vector<int> batch_draft_lengths(const std::vector<std::vector<double>>& gai
             best_rate = rate;
             best_m = m;
         }
+    }
+    if (probe && best_m < all.size()) {
+        const int next = cost.next_measured(base_rows + static_cast<int>(best_m));
+        best_m = next > 0 ? std::min(all.size(), static_cast<size_t>(next - base_rows)) : all.size();
     }
     std::vector<int> lengths(gains.size(), 0);
     for (size_t m = 0; m < best_m; ++m) ++lengths[all[m].second];

@@ -17,6 +17,8 @@ public:
     void observe(int rows, double seconds);
     double seconds(int rows) const;
     int max_measured() const { return rows_.empty() ? 0 : rows_.back(); }
+    // The smallest measured row count above `rows`, or 0 when there is none.
+    int next_measured(int rows) const;
 
 private:
     std::vector<int> rows_;  // increasing
@@ -31,8 +33,16 @@ private:
 // The m that maximises tokens per second wins (0 when the batch alone fills the hardware), and
 // each sequence keeps as many of its tokens as are among the m largest. Returns the new draft
 // length of each sequence.
+//
+// With `probe`, a larger m than the winner's, if the gains allow one: the one that reaches the
+// next measured row count above the winner's (or all gains, if it lies beyond them). The curve
+// learns online only the row counts that run, so a count whose cost start-up calibration
+// overestimated would otherwise never run again and never be corrected. The engine probes on
+// one batched pass in kProbeEvery: when the curve is right that costs at most that share of
+// the difference between the two rates.
 std::vector<int> batch_draft_lengths(const std::vector<std::vector<double>>& gains, const PassCostCurve& cost,
-                                     int base_rows, double base_tokens);
+                                     int base_rows, double base_tokens, bool probe = false);
+constexpr int kProbeEvery = 32;
 
 // Prompt tokens to prefill for each joining sequence (remaining[i] left, in arrival order)
 // before the next pass: the oldest unfinished prompt only, all of it when nobody generates, else

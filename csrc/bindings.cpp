@@ -481,7 +481,7 @@ PYBIND11_MODULE(_core, m) {
         .def("observe", &PassCostCurve::observe, py::arg("rows"), py::arg("seconds"))
         .def("seconds", &PassCostCurve::seconds, py::arg("rows"));
     testing.def("batch_draft_lengths", &batch_draft_lengths, py::arg("gains"), py::arg("cost"), py::arg("base_rows"),
-                py::arg("base_tokens"));
+                py::arg("base_tokens"), py::arg("probe") = false);
     testing.def("plan_prefill", &plan_prefill, py::arg("remaining"), py::arg("others_running"), py::arg("chunk"));
 
     py::enum_<DraftController::Estimate>(testing, "Estimate")

@@ -207,6 +207,7 @@ private:
     std::unique_ptr<Drafter> drafter_;
     DraftController controller_;  // survives generations: costs are learned once
     PassCostCurve pass_cost_;     // seconds of a target pass by its total rows (batched passes)
+    long batched_passes_ = 0;     // passes shared by several generations so far (probe timing)
     std::vector<std::unique_ptr<Sequence>> sequences_;  // started, in arrival order
     int next_id_ = 1;
 };

@@ -135,8 +135,9 @@ double SpecEngine::draft_acceptance(const Draft& draft, size_t j) const {
 
 // A drafted token's worth in a shared pass is the chance that it and every draft before it are
 // accepted (the controller's mean estimates); batch_draft_lengths keeps the rows whose worth
-// pays for their cost in the batch's pass (pass_cost_), down to none. Fixed-length drafts
-// (adaptive off) are kept as asked.
+// pays for their cost in the batch's pass (pass_cost_), down to none, and on one batched pass
+// in kProbeEvery tries the best longer choice, so that pass_cost_ relearns what more rows
+// cost. Fixed-length drafts (adaptive off) are kept as asked.
 void SpecEngine::fit_drafts_to_batch(const std::vector<Sequence*>& batch) {
     std::vector<std::vector<double>> gains;
     std::vector<Sequence*> fitted;
@@ -160,7 +161,8 @@ void SpecEngine::fit_drafts_to_batch(const std::vector<Sequence*>& batch) {
             for (double x : g) base_tokens += x;
         }
     }
-    const std::vector<int> lengths = batch_draft_lengths(gains, pass_cost_, base_rows, base_tokens);
+    const bool probe = ++batched_passes_ % kProbeEvery == 0;
+    const std::vector<int> lengths = batch_draft_lengths(gains, pass_cost_, base_rows, base_tokens, probe);
     for (size_t i = 0; i < fitted.size(); ++i) {
         Draft& d = fitted[i]->step.draft;
         d.tokens.resize(std::min(d.tokens.size(), static_cast<size_t>(lengths[i])));

@@ -266,7 +266,8 @@ class _Testing:
         def seconds(self, rows: int) -> float: ...
     @staticmethod
     def batch_draft_lengths(
-        gains: list[list[float]], cost: _Testing.PassCostCurve, base_rows: int, base_tokens: float
+        gains: list[list[float]], cost: _Testing.PassCostCurve, base_rows: int, base_tokens: float,
+        probe: bool = False,
     ) -> list[int]: ...
     @staticmethod
     def plan_prefill(remaining: list[int], others_running: bool, chunk: int) -> list[int]: ...

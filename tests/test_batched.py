@@ -65,6 +65,30 @@ def test_rows_that_are_not_cut_count_in_the_cost() -> None:
     assert T.batch_draft_lengths([[0.9, 0.9, 0.9]], cost, 4, 4.0) == [0]
 
 
+def test_a_probe_runs_the_next_measured_row_count_above_the_choice() -> None:
+    # Start-up calibration overestimated 8 rows (60 ms against a true 36): 4 sequences without
+    # drafts (4 rows) look best, and a probe runs 8 rows, the next measured count above 4.
+    cost = curve({1: 13.5, 4: 20.7, 8: 60.0, 16: 120.0})
+    gains = [[0.9, 0.8]] * 4
+    assert T.batch_draft_lengths(gains, cost, 4, 4.0) == [0, 0, 0, 0]
+    assert T.batch_draft_lengths(gains, cost, 4, 4.0, probe=True) == [1, 1, 1, 1]
+    # Beyond the last measured count the probe takes every gain; with none left, nothing.
+    assert T.batch_draft_lengths(gains, curve({1: 13.5, 4: 20.7}), 4, 4.0, probe=True) == [2] * 4
+    assert T.batch_draft_lengths([[], []], cost, 2, 2.0, probe=True) == [0, 0]
+
+
+def test_what_probes_measure_corrects_the_choice() -> None:
+    cost = curve({1: 13.5, 4: 20.7, 8: 60.0, 16: 120.0})
+    gains = [[0.9, 0.8]] * 4
+    probes = 0
+    while T.batch_draft_lengths(gains, cost, 4, 4.0) == [0, 0, 0, 0]:
+        rows = 4 + sum(T.batch_draft_lengths(gains, cost, 4, 4.0, probe=True))
+        cost.observe(rows, 36.0 if rows == 8 else 20.7)  # what the probed pass took
+        probes += 1
+        assert probes < 20, "the probes never corrected the overestimated 8-row cost"
+    assert T.batch_draft_lengths(gains, cost, 4, 4.0) == [1, 1, 1, 1]
+
+
 def test_the_pass_cost_curve_interpolates_and_never_gets_cheaper() -> None:
     c = curve({1: 1.0, 3: 3.0, 8: 4.0})
     assert c.seconds(2) == pytest.approx(2.0)
