@@ -879,10 +879,6 @@ bool on_head_node(ggml_tensor* t, bool ask, void* user_data) {
     return std::strcmp(t->name, "result_norm") != 0;  // stop: llama.cpp's output layer never runs
 }
 
-}  // namespace
-
-namespace {
-
 // A drafter's input rows: token i at position first_pos + i reads the n_embd floats at
 // states + i * n_embd as its state; row logits_row (-1: none) asks for logits.
 struct StateRows {

@@ -49,8 +49,9 @@ prepare() {
 
 cuda_wheel() {
     # The toolkit's root as nvcc reports it (nvcc on PATH may be a wrapper script, not a link).
-    local cuda tmp; cuda=${CUDA_HOME:-$(nvcc --dryrun -c x.cu 2>&1 | sed -n 's/^#\$ TOP=//p')}; tmp=$(mktemp -d)
+    local cuda tmp; cuda=${CUDA_HOME:-$(nvcc --dryrun -c x.cu 2>&1 | sed -n 's/^#\$ TOP=//p')}
     [ -x "$cuda/bin/nvcc" ] || { echo "no CUDA toolkit found: put nvcc on PATH or set CUDA_HOME" >&2; exit 2; }
+    tmp=$(mktemp -d)
     local lib="$cuda/targets/x86_64-linux/lib" inc="$cuda/targets/x86_64-linux/include"
     if [ ! -e "$inc/cublas_v2.h" ]; then
         pip download -q --no-deps --only-binary=:all: "nvidia-cublas>=13,<14" -d "$tmp"
