@@ -206,6 +206,11 @@ public:
         return engine().pass_seconds(context, max_rows, repeats);
     }
 
+    void warm_up(const std::vector<Token>& context) {
+        py::gil_scoped_release release;
+        engine().warm_up(context);
+    }
+
     void close() {
         py::gil_scoped_release release;
         engine_.reset();
@@ -429,6 +434,7 @@ PYBIND11_MODULE(_core, m) {
         .def("next_token_logits", &Core::next_token_logits, py::arg("tokens"), py::arg("batch_rows") = 1)
         .def("pass_logits", &Core::pass_logits, py::arg("tokens"), py::arg("rows"))
         .def("pass_seconds", &Core::pass_seconds, py::arg("context"), py::arg("max_rows"), py::arg("repeats"))
+        .def("warm_up", &Core::warm_up, py::arg("context"))
         .def("replay_greedy", &Core::replay_greedy)
         .def("controller_memory", [](Core& c) { return c.engine().controller_memory(); })
         .def("restore_controller_memory",

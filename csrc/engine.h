@@ -156,6 +156,11 @@ public:
     // `repeats` times each, the row counts taking turns so that drift hits all of them.
     std::vector<double> pass_seconds(const std::vector<Token>& context, int max_rows, int repeats);
 
+    // Start-up calibration now, on `context` (any tokens), instead of in the first drafting
+    // request: a server or chat warms up before its first answer. Nothing to do without a
+    // drafter, once calibrated (or restored), or while a generation runs.
+    void warm_up(const std::vector<Token>& context);
+
     // Replays a greedy generation with the same target batch shapes (pass_rows) from a clean
     // cache and finds the first token that is not the target's argmax there (shaped by the
     // request's penalties and grammar, as the step shapes it). A bug-free engine finds none:

@@ -48,6 +48,14 @@ void SpecEngine::calibrate(const std::vector<Token>& prompt, int slot) {
     if (n_seq() > 1) calibrate_batch(context, slot);
 }
 
+void SpecEngine::warm_up(const std::vector<Token>& context) {
+    if (!drafter_ || !sequences_.empty() || context.empty()) return;
+    const int slot = free_slot();
+    if (n_seq() == 1) target_.set_tapping(true);  // as for a drafting request's passes
+    calibrate(context, slot);
+    clear_slot(slot);  // no request shares the warm-up's text
+}
+
 // Passes of as many rows as a full batch may hold (every generation drafting k_max), at a few
 // row counts between: fastest of two each.
 void SpecEngine::calibrate_batch(const std::vector<Token>& prompt, int slot) {

@@ -174,6 +174,13 @@ class Engine:
         r = 1 .. max_rows (index r; index 0 is 0.0). Runs on the engine thread."""
         return self._call(lambda: self._core.pass_seconds(list(context), max_rows, repeats))
 
+    def warm_up(self) -> None:
+        """Measure the target's pass costs now (start-up calibration, ~1-3 s on a CPU) rather
+        than in the first drafting request: ``serve`` and ``chat`` call it after loading. No-op
+        without a drafter or once measured (or restored). Runs on the engine thread."""
+        context = self.tokenize("Speculative decoding drafts tokens and checks them in one pass.")
+        self._call(lambda: self._core.warm_up(context))
+
     def last_logits_head(self) -> str:
         """Which head computed the target's last logits: "localspec-q8_0", "localspec-q6_k" or
         "llama.cpp"."""

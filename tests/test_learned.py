@@ -28,6 +28,23 @@ def test_the_engine_keeps_what_it_learned_across_requests(tiny_model_path: Path)
     assert second.trials != first.trials  # the second request added to the first one's memory
 
 
+def test_warm_up_calibrates_before_the_first_request_and_changes_no_output(
+        tiny_model_path: Path) -> None:
+    with Engine.load(tiny_model_path, draft="ngram", n_ctx=512, n_threads=1) as solo:
+        expected = solo.generate(REPETITIVE, max_tokens=40, temperature=0, ignore_eos=True)
+    for parallel in (1, 2):
+        with Engine.load(tiny_model_path, draft="ngram", n_ctx=512, n_threads=1,
+                         parallel=parallel) as engine:
+            engine.warm_up()
+            assert all(v > 0 for v in engine.learned().verify[1:])  # before any request
+            result = engine.generate(REPETITIVE, max_tokens=40, temperature=0, ignore_eos=True)
+        assert result.tokens == expected.tokens
+        assert result.stats.cached_prompt_tokens == 0  # the warm-up's cells were dropped
+    with Engine.load(tiny_model_path, draft="none", n_ctx=512, n_threads=1) as plain:
+        plain.warm_up()  # nothing to calibrate without a drafter
+        assert max(plain.learned().verify) == 0.0
+
+
 def test_saved_memory_round_trips_and_bad_files_are_ignored(tmp_path: Path,
                                                              tiny_model_path: Path) -> None:
     with Engine.load(tiny_model_path, draft="ngram", n_ctx=512, n_threads=1) as engine:

@@ -243,13 +243,21 @@ def load_options(args: argparse.Namespace, choice: ModelChoice, plan: Plan,
 
 
 def load_engine(
-    args: argparse.Namespace, choice: ModelChoice, *, plan: Plan | None = None, **overrides: Any
+    args: argparse.Namespace, choice: ModelChoice, *, plan: Plan | None = None,
+    warm_up: bool = False, **overrides: Any
 ) -> Engine:
     """Plan, then load (``load_options``; nothing is loaded when the pair does not fit).
-    ``plan``: one already made by ``plan_choice``; ``overrides``: other LoadOptions fields."""
+    ``plan``: one already made by ``plan_choice``; ``warm_up``: calibrate now, not in the first
+    request (``Engine.warm_up``: servers and chats); ``overrides``: other LoadOptions fields."""
     plan = plan or plan_choice(args, choice, overrides.get("parallel", LoadOptions.parallel))
     options = load_options(args, choice, plan, **overrides)
     engine = Engine(options)
     if engine.info.notice:
         print(f"localspec: {engine.info.notice}", file=sys.stderr)
+    if warm_up:
+        try:
+            engine.warm_up()
+        except BaseException:
+            engine.close()
+            raise
     return engine

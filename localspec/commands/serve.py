@@ -107,7 +107,7 @@ def run_serve(args: argparse.Namespace) -> int:
     with bind(args.host, args.port) as sock:
         choice = choose_models(args)
         _warn_if_exposed(args.host, args.api_key)
-        with load_engine(args, choice, parallel=args.parallel) as engine:
+        with load_engine(args, choice, parallel=args.parallel, warm_up=True) as engine:
             for note in limit_notes(args, choice.n_ctx, engine.info):
                 print(f"localspec: note: {note}", file=sys.stderr)
             app = create_app(

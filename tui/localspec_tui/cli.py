@@ -80,7 +80,7 @@ def mode_loader(args: argparse.Namespace, choice: ModelChoice) -> Callable[[bool
 
     def reload(exact: bool) -> Engine:
         again = argparse.Namespace(**{**vars(args), "exact": exact})
-        return load_engine(again, choice, plan=plan_choice(again, choice))
+        return load_engine(again, choice, plan=plan_choice(again, choice), warm_up=True)
 
     return reload
 
@@ -98,7 +98,7 @@ def run_chat(args: argparse.Namespace) -> int:
     plan = plan_choice(args, choice)
 
     def load() -> Engine:
-        return load_engine(args, choice, plan=plan)
+        return load_engine(args, choice, plan=plan, warm_up=True)
 
     app = ChatApp(
         loader=load,
