@@ -121,6 +121,14 @@ def test_wildcard_cors_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--cors-origin" in capsys.readouterr().err
 
 
+def test_too_many_slots_are_refused_before_the_memory_plan(
+        tiny_model_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before, a memory plan for 1000 caches came first and asked for smaller quantizations.
+    assert main(["serve", "--target", str(tiny_model_path), "--port", "0",
+                 "--parallel", "1000"]) == 2
+    assert "--parallel 1000 is invalid: use 1 to 64." in capsys.readouterr().err
+
+
 def test_cors_only_for_named_origins(tiny_model_path: Path) -> None:
     allowed = "http://localhost:3000"
     with Engine.load(tiny_model_path, draft="none", n_ctx=128, n_threads=1) as engine:

@@ -17,7 +17,7 @@ from localspec.commands.limits import has_gpu_backend
 from localspec.drafter_spec import DrafterSpec
 from localspec.engine import Engine
 from localspec.errors import InvalidParameterError, ModelLoadError
-from localspec.loading import DEFAULT_N_CTX, LoadOptions, resolved_drafter
+from localspec.loading import DEFAULT_N_CTX, LoadOptions, load_rule_violation, resolved_drafter
 from localspec.model_kind import ModelKind
 from localspec.model_memory import widened_types
 from localspec.plan_table import parse_size
@@ -207,11 +207,20 @@ def plan_for(
     return spread(plan, target, remote_devices(rpc) if rpc else (), fast_head=fast_head)
 
 
+def checked_parallel(parallel: int) -> int:
+    """``--parallel``, checked by LoadOptions' rule before a memory plan counts its caches."""
+    rule = load_rule_violation("parallel", parallel)
+    if rule:
+        raise InvalidParameterError(f"--parallel {parallel} is invalid: {rule}.")
+    return parallel
+
+
 def plan_choice(args: argparse.Namespace, choice: ModelChoice,
                 parallel: int = LoadOptions.parallel) -> Plan:
     """``plan_for`` with the choice's models and context, the command's ``--budget``,
     ``--llama-head``, ``--llama-body``, ``--no-repack``, ``--kv-type`` and ``--exact``, and
     ``parallel`` generations (serve)."""
+    checked_parallel(parallel)
     return plan_for(choice.target, choice.drafter, choice.n_ctx, args.budget,
                     fast_head=not args.llama_head, fast_body=not args.llama_body,
                     repack=not getattr(args, "no_repack", False), kv_type=args.kv_type,

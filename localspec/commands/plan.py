@@ -6,13 +6,12 @@ import argparse
 import json
 from typing import Any
 
-from localspec.commands.common import add_model_arguments, pair_name
+from localspec.commands.common import add_model_arguments, checked_parallel, pair_name
 from localspec.commands.limits import has_gpu_backend
 from localspec.errors import InvalidParameterError
 from localspec.loading import (
     DEFAULT_N_CTX,
     LoadOptions,
-    load_rule_violation,
     resolved_drafter,
 )
 from localspec.model_memory import widened_types
@@ -61,13 +60,6 @@ def _device(kind: str, budget: int | None) -> Device:
     return default_device(budget)  # auto: the first GPU ggml reports, else the CPU
 
 
-def _checked_parallel(parallel: int) -> int:
-    rule = load_rule_violation("parallel", parallel)
-    if rule:
-        raise InvalidParameterError(f"--parallel {parallel} is invalid: {rule}.")
-    return parallel
-
-
 def make_plan(args: argparse.Namespace) -> tuple[str, Plan]:
     """Resolve the pair/models (no downloads) and run the planner; returns (label, plan)."""
     registry = load_registry()
@@ -79,7 +71,7 @@ def make_plan(args: argparse.Namespace) -> tuple[str, Plan]:
     device = _device(args.device, parse_size(args.budget) if args.budget else None)
     target_path = registry.resolve_model(target, download=False)
     draft = resolved_drafter(registry.resolve_drafter(drafter, download=False), str(target_path))
-    n_seq = _checked_parallel(args.parallel)
+    n_seq = checked_parallel(args.parallel)
     rpc = args.rpc if args.rpc is not None else (pair.rpc if pair else ())
     plan = plan_from_files(target_path, draft.path, n_ctx, None, args.kv_type, device=device,
                            fast_head=not args.llama_head, n_seq=n_seq,
