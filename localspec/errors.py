@@ -22,7 +22,12 @@ class VocabMismatchError(LocalspecError):
 
 
 class PromptTooLongError(LocalspecError):
-    """The prompt does not fit into the context."""
+    """The prompt does not fit into the context. ``param``: the request field that holds it
+    (the server's error names it: "prompt", or "messages" for a chat)."""
+
+    def __init__(self, message: str, param: str = "prompt") -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class InvalidParameterError(LocalspecError, ValueError):

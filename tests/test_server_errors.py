@@ -132,9 +132,10 @@ def test_prompt_over_context(server: BackgroundServer, engine: Engine) -> None:
     messages = [{"role": "user", "content": "word " * 400}]
     body = chat_body(engine, messages=messages)
     too_long = post(server, "/v1/chat/completions", json=body)
-    assert_error(too_long, 400, code="context_length_exceeded")
+    assert_error(too_long, 400, code="context_length_exceeded", param="messages")
     ids = {"model": engine.info.target_name, "prompt": [1] * 300, "max_tokens": 2}
-    assert_error(post(server, "/v1/completions", json=ids), 400, code="context_length_exceeded")
+    assert_error(post(server, "/v1/completions", json=ids), 400, code="context_length_exceeded",
+                 param="prompt")
 
 
 def test_auth_size_limit_and_routing(server: BackgroundServer, engine: Engine) -> None:
@@ -146,8 +147,11 @@ def test_auth_size_limit_and_routing(server: BackgroundServer, engine: Engine) -
     assert httpx.get(f"{server.base_url}/metrics", timeout=10).status_code == 401
     big = chat_body(engine, messages=[{"role": "user", "content": "x" * 5000}])
     assert_error(post(server, "/v1/chat/completions", json=big), 413, code="request_too_large")
-    assert_error(httpx.get(f"{server.base_url}/v1/nothing", headers=AUTH), 404)
-    assert_error(httpx.get(f"{server.base_url}/v1/completions", headers=AUTH), 405)
+    missing = assert_error(httpx.get(f"{server.base_url}/v1/nothing", headers=AUTH), 404)
+    assert missing["message"].startswith("This server has no GET /v1/nothing; it serves ")
+    assert "POST /v1/chat/completions" in missing["message"]
+    wrong_method = assert_error(httpx.get(f"{server.base_url}/v1/completions", headers=AUTH), 405)
+    assert wrong_method["message"] == "GET /v1/completions is not supported: use POST."
 
 
 def test_server_stays_up_after_errors(server: BackgroundServer, engine: Engine) -> None:

@@ -13,6 +13,7 @@ from pathlib import PurePath
 
 import anyio
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
@@ -88,6 +89,20 @@ def _add_routes(app: FastAPI) -> None:
     app.add_api_route("/metrics", metrics_text, methods=["GET"])
 
 
+def _route_error(request: Request, status: int) -> str | None:
+    """A sentence for a path this server lacks (404) or a method a path does not take (405)."""
+    asked = f"{request.method} {request.url.path[:100]}"
+    routes = [(method, route.path) for route in request.app.routes
+              if isinstance(route, APIRoute) for method in sorted(route.methods or ())]
+    if status == 404:
+        offered = ", ".join(f"{method} {path}" for method, path in routes)
+        return f"This server has no {asked}; it serves {offered}."
+    if status == 405:
+        allowed = " or ".join(m for m, path in routes if path == request.url.path)
+        return f"{asked} is not supported: use {allowed}."
+    return None
+
+
 async def chat_completions(request: Request) -> Response:
     service = _service(request)
     raw = await read_body(request, service.options.body_timeout)
@@ -147,9 +162,10 @@ def _add_error_handlers(app: FastAPI) -> None:
         assert isinstance(error, ValidationError)
         return errors.from_validation_error(error)
 
-    async def http_error(_: Request, error: Exception) -> Response:
+    async def http_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, HTTPException)
-        return errors.error_response(error.status_code, str(error.detail), headers=error.headers)
+        message = _route_error(request, error.status_code) or str(error.detail)
+        return errors.error_response(error.status_code, message, headers=error.headers)
 
     app.add_exception_handler(errors.ApiError, api_error)
     app.add_exception_handler(LocalspecError, localspec_error)

@@ -91,7 +91,7 @@ def from_localspec_error(error: LocalspecError) -> JSONResponse:
             headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
         )
     if isinstance(error, PromptTooLongError):
-        return error_response(400, str(error), code="context_length_exceeded", param="messages")
+        return error_response(400, str(error), code="context_length_exceeded", param=error.param)
     code = "invalid_value" if error.status_code == 400 else None
     return error_response(error.status_code, str(error), code=code, param=param)
 

@@ -54,7 +54,7 @@ class Preparer:
             raise PromptTooLongError(
                 f"The prompt is {size} bytes, more than any prompt that fits the context of "
                 f"{self._engine.info.n_ctx} tokens can be; shorten it or restart the server "
-                "with a larger --ctx."
+                "with a larger --ctx.", param="messages" if chat else "prompt",
             )
         if chat:
             return self._engine.tokenize(text, add_special=False, parse_special=True)
@@ -96,7 +96,8 @@ class Preparer:
         if room <= 0:
             raise PromptTooLongError(
                 f"The prompt has {len(tokens)} tokens but the context holds {n_ctx}; "
-                "shorten it or restart the server with a larger --ctx."
+                "shorten it or restart the server with a larger --ctx.",
+                param="messages" if isinstance(request, ChatCompletionRequest) else "prompt",
             )
         params = replace(self._defaults, **_overrides(request))
         if params.grammar is not None:
