@@ -171,8 +171,9 @@ def hub_model_path(source: Source, *, download: bool = True, label: str | None =
                                     revision=source.revision, cache_dir=_hub_cache_dir(),
                                     local_files_only=offline))
     except LocalEntryNotFoundError:
+        todo = "unset HF_HUB_OFFLINE and run" if _hub_offline() else "run"
         raise ModelLoadError(f"{source} is not in the Hugging Face cache and "
-                             f"{_why_not_downloaded(offline)}: run `localspec pull "
+                             f"{_why_not_downloaded(offline)}: {todo} `localspec pull "
                              f"{label or source}` with network access first.") from None
     except GatedRepoError:
         raise ModelLoadError(f"{source} is gated: accept its license on huggingface.co and log in "

@@ -100,7 +100,7 @@ def test_uncached_hf_file_gives_one_clear_sentence(isolated: Path) -> None:
         load_registry().resolve_model("qwen2.5-7b-instruct")
     message = str(excinfo.value)
     assert "not in the Hugging Face cache" in message and "HF_HUB_OFFLINE" in message
-    assert "localspec pull qwen2.5-7b-instruct" in message
+    assert "unset HF_HUB_OFFLINE and run `localspec pull qwen2.5-7b-instruct`" in message
     assert message.count(". ") == 0 and message.endswith(".")
 
 
