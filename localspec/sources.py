@@ -139,9 +139,12 @@ def _hub_offline() -> bool:
 
 
 def _why_not_downloaded(offline: bool) -> str:
+    """Why a file is not in the cache, and the start of what to do about it."""
     if not offline:
-        return "the Hub could not be reached"
-    return "HF_HUB_OFFLINE is set" if _hub_offline() else "this command does not download"
+        return "the Hub could not be reached: run"
+    if _hub_offline():
+        return "HF_HUB_OFFLINE is set: unset HF_HUB_OFFLINE and run"
+    return "this command does not download: run"
 
 
 def hub_cached_path(source: Source) -> Path | None:
@@ -171,9 +174,8 @@ def hub_model_path(source: Source, *, download: bool = True, label: str | None =
                                     revision=source.revision, cache_dir=_hub_cache_dir(),
                                     local_files_only=offline))
     except LocalEntryNotFoundError:
-        todo = "unset HF_HUB_OFFLINE and run" if _hub_offline() else "run"
         raise ModelLoadError(f"{source} is not in the Hugging Face cache and "
-                             f"{_why_not_downloaded(offline)}: {todo} `localspec pull "
+                             f"{_why_not_downloaded(offline)} `localspec pull "
                              f"{label or source}` with network access first.") from None
     except GatedRepoError:
         raise ModelLoadError(f"{source} is gated: accept its license on huggingface.co and log in "
