@@ -9,11 +9,7 @@ from typing import Any
 from localspec.commands.common import add_model_arguments, checked_parallel, pair_name
 from localspec.commands.limits import has_gpu_backend
 from localspec.errors import InvalidParameterError
-from localspec.loading import (
-    DEFAULT_N_CTX,
-    LoadOptions,
-    resolved_drafter,
-)
+from localspec.loading import DEFAULT_N_CTX, LoadOptions, resolved_drafter
 from localspec.model_memory import widened_types
 from localspec.planner import (
     Device,
