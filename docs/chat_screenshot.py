@@ -2,7 +2,7 @@
 
     python docs/chat_screenshot.py [QUESTION ...]
 
-Uses the embedded default (Gemma 3 270M + n-gram drafter) through localspec.registry,
+Uses the embedded default (Gemma 3 270M + n-gram drafter) through localspec.models.registry,
 greedy decoding, the engine's own timings (real tokens/s), provenance colours on.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 from textual.widgets import Input
 
-from localspec import registry
-from localspec.engine import Engine
+from localspec.models import registry
+from localspec.runtime.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = (

@@ -23,7 +23,7 @@ def __getattr__(name: str) -> object:
     # The engine needs the compiled core; import it lazily so that pure-Python modules
     # (planner, registry, types) work without touching llama.cpp.
     if name == "Engine":
-        from localspec.engine import Engine
+        from localspec.runtime.engine import Engine
 
         return Engine
     raise AttributeError(name)

@@ -1,4 +1,4 @@
-"""Type stubs for the compiled core (csrc/bindings.cpp)."""
+"""Type stubs for the compiled core (csrc/python/bindings.cpp)."""
 
 import enum
 from collections.abc import Callable
@@ -87,7 +87,7 @@ class ControllerMemory:
     def __init__(self) -> None: ...
 
 class GenerationStats:
-    """Read-only statistics of one generation (csrc/stats.h)."""
+    """Read-only statistics of one generation (csrc/engine/stats.h)."""
 
     @property
     def prompt_tokens(self) -> int: ...
@@ -195,7 +195,7 @@ class Core:
 
 class FeatureCollector:
     """A target opened for training a head: per position, the tapped layers' inputs and the
-    target's greedy next token (csrc/feature_collector.h)."""
+    target's greedy next token (csrc/train/feature_collector.h)."""
 
     feature_width: int
     n_ctx: int

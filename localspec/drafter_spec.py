@@ -11,10 +11,10 @@ Spellings (``--draft``, models.toml's ``drafter``, ``Engine.load(draft=...)``):
   as ``hybrid:`` with a head);
 - ``mtp``: n-gram when the context has a match, else the target's own MTP (NextN) layers;
 - ``auto`` (the default): ``mtp`` when the target carries MTP layers localspec can run, else
-  ``ngram`` (resolved when loading: localspec.loading.resolve_auto).
+  ``ngram`` (resolved when loading: localspec.runtime.loading.resolve_auto).
 
 A new kind is one more entry: a keyword in ``KEYWORD_KINDS`` or a prefix in ``PREFIX_KINDS``
-(and the matching case in the C++ core's drafter factory, csrc/drafter.cpp).
+(and the matching case in the C++ core's drafter factory, csrc/draft/drafter.cpp).
 """
 
 from __future__ import annotations

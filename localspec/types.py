@@ -43,7 +43,7 @@ class GenerationParams:
     presence_penalty: float = 0.0  # 0: off
     penalty_last_n: int = 64
     # The output follows this GBNF grammar (root rule "root"); None: unconstrained.
-    # localspec.grammar.json_schema_to_gbnf turns a JSON Schema into one.
+    # localspec.text.grammar.json_schema_to_gbnf turns a JSON Schema into one.
     grammar: str | None = None
     # Report each token's log probability (and the top_logprobs most likely alternatives).
     logprobs: bool = False

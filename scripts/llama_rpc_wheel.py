@@ -14,7 +14,7 @@ Default cache: $LOCALSPEC_RPC_WHEEL_DIR, else ~/.cache/localspec/wheels/rpc ($XD
 
 The converter (`convert_hf_to_gguf.py` with its `conversion` and `gguf-py` packages, ~2 MB) is
 unpacked from the release's sdist into ~/.cache/localspec/llama.cpp/0.3.36
-(`converter_dir()`), where tests/test_convert_head.py compares `localspec convert-head` with
+(`converter_dir()`), where tests/heads/test_convert_head.py compares `localspec convert-head` with
 it byte for byte. The sdist comes from the package index once (pip's cache afterwards).
 """
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from localspec.synthetic import TinyConfig, write_model, write_pair
+from localspec.testing.synthetic import TinyConfig, write_model, write_pair
 
 
 @pytest.fixture(scope="session")
@@ -66,7 +66,7 @@ def q6k_head_model(model_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def engines(tiny_pair: tuple[Path, Path]) -> Iterator[dict[str, object]]:
     """One engine per drafter over the same target, shared by the tests of a session."""
-    from localspec.engine import Engine
+    from localspec.runtime.engine import Engine
 
     target, draft = tiny_pair
     loaded = {

@@ -27,7 +27,7 @@ from typing import Any
 from localspec import _core
 from localspec.bench.report import Report
 from localspec.bench.runner import PromptRun
-from localspec.engine import Engine
+from localspec.runtime.engine import Engine
 
 Lookup = Callable[[list[int], int], list[int]]  # (history, k) -> up to k drafted tokens
 

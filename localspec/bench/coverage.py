@@ -15,7 +15,7 @@ import numpy as np
 
 from localspec.bench.runner import PromptRun
 from localspec.drafter_spec import DrafterSpec
-from localspec.loading import is_head
+from localspec.runtime.loading import is_head
 
 ALL = "all"
 

@@ -29,11 +29,11 @@ from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
+from localspec.bench.prompts import Prompt
 from localspec.bench.report import Report, summarize
 from localspec.bench.runner import PromptRun, constrained, engine_header, run_comparison
-from localspec.engine import Engine
-from localspec.loading import LoadOptions
-from localspec.prompts import Prompt
+from localspec.runtime.engine import Engine
+from localspec.runtime.loading import LoadOptions
 from localspec.types import GenerationParams, GenerationResult
 
 __all__ = ["MODE_PAIRS", "ModeComparison", "compare_modes", "mode_options", "run_modes",

@@ -18,12 +18,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from localspec.engine import Engine
-from localspec.grammar import json_schema_to_gbnf
-from localspec.invariance import MAX_ROWS, differing_row_counts
-from localspec.lossless import Divergence, compare_greedy
-from localspec.prompts import Prompt
-from localspec.schema_check import schema_violation
+from localspec.bench.invariance import MAX_ROWS, differing_row_counts
+from localspec.bench.lossless import Divergence, compare_greedy
+from localspec.bench.prompts import Prompt
+from localspec.runtime.engine import Engine
+from localspec.text.grammar import json_schema_to_gbnf
+from localspec.text.schema_check import schema_violation
 from localspec.types import GenerationParams, GenerationResult, GenerationStats
 
 
@@ -36,7 +36,8 @@ class PromptRun:
     speculative: list[GenerationStats] = field(default_factory=list)
     plain_again: list[GenerationStats] = field(default_factory=list)  # the A/A arm
     identical: bool = True  # speculative tokens == plain tokens in every repeat (greedy)
-    # Where they differed, the check of localspec.lossless: "tie" (only the shape of the target
+    # Where they differed, the check of localspec.bench.lossless: "tie" (only the shape of the
+    # target
     # passes differs) or "NO" (a real divergence).
     divergences: list[Divergence] = field(default_factory=list)
     plain_tokens: list[int] = field(default_factory=list)  # plain output of the first repeat

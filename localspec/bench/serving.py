@@ -27,8 +27,8 @@ from typing import Any
 
 import httpx
 
+from localspec.bench.prompts import Prompt
 from localspec.errors import InvalidParameterError
-from localspec.prompts import Prompt
 from localspec.types import GenerationParams
 
 READY_SECONDS = 300.0

@@ -1,6 +1,6 @@
 """`localspec bench --synthetic`: a generated target/draft pair and the speed limit it allows.
 
-The pair comes from ``localspec.synthetic.write_pair``: the draft is the target without its
+The pair comes from ``localspec.testing.synthetic.write_pair``: the draft is the target without its
 last ``extra_layers`` blocks, and those blocks write into the residual stream scaled by
 ``divergence`` (0: the two always agree). With a fixed draft length k, the bench measures the
 per-token acceptance a, the draft cost c and the verification cost v(k+1) and prints the
@@ -17,7 +17,7 @@ from typing import Any
 from localspec.bench.runner import PromptRun
 from localspec.bench.theory import Costs, estimate_costs
 from localspec.errors import InvalidParameterError
-from localspec.synthetic import TinyConfig, write_pair
+from localspec.testing.synthetic import TinyConfig, write_pair
 
 HEAD_DIM = 32
 

@@ -23,6 +23,7 @@ from localspec.bench.ceiling import Ceiling, engine_lookup, measure_pass_costs, 
 from localspec.bench.coverage import head_coverage
 from localspec.bench.output import check_outputs, results_path, write_results
 from localspec.bench.progress import LineProgress
+from localspec.bench.prompts import Prompt, load_prompts
 from localspec.bench.report import Report, summarize
 from localspec.bench.runner import PromptRun, engine_header, run_comparison
 from localspec.bench.synthetic_mode import (
@@ -43,13 +44,12 @@ from localspec.commands.bench_modes import MODE_CHOICES, check_modes, run_both
 from localspec.commands.common import add_model_arguments, choose_models, draft_max_arg, load_engine
 from localspec.commands.serve import DEFAULT_PARALLEL
 from localspec.commands.shaping import add_shaping_arguments, shaping_fields
-from localspec.convert import AUTO_DRAFT_MAX
 from localspec.drafter_spec import DrafterSpec
-from localspec.engine import Engine
 from localspec.errors import InvalidParameterError
-from localspec.learned import restore_saved
-from localspec.loading import DEFAULT_N_CTX
-from localspec.prompts import Prompt, load_prompts
+from localspec.runtime.convert import AUTO_DRAFT_MAX
+from localspec.runtime.engine import Engine
+from localspec.runtime.learned import restore_saved
+from localspec.runtime.loading import DEFAULT_N_CTX
 from localspec.types import DraftMax, GenerationParams
 
 SYNTHETIC_DRAFT_MAX = 4

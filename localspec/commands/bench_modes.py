@@ -17,12 +17,12 @@ from rich.table import Table
 
 from localspec.bench.modes import MODE_PAIRS, ModeComparison, compare_modes, mode_options, run_modes
 from localspec.bench.progress import LineProgress
+from localspec.bench.prompts import Prompt
 from localspec.bench.report import summarize
 from localspec.bench.table import print_report
 from localspec.commands.common import ModelChoice, choose_models, load_options, plan_choice
 from localspec.errors import InvalidParameterError
-from localspec.loading import LoadOptions
-from localspec.prompts import Prompt
+from localspec.runtime.loading import LoadOptions
 from localspec.types import GenerationParams
 
 MODE_CHOICES = ("default", "exact", *(",".join(pair) for pair in MODE_PAIRS))

@@ -17,6 +17,8 @@ from dataclasses import replace
 from typing import Any
 
 from localspec import _core
+from localspec.bench.draft_agreement import Agreement, measure_agreement
+from localspec.bench.prompts import load_prompts
 from localspec.bench.report import Report, Row, summarize
 from localspec.bench.runner import PromptRun, run_comparison
 from localspec.commands.common import (
@@ -28,13 +30,11 @@ from localspec.commands.common import (
     plan_choice,
     plan_summary,
 )
-from localspec.draft_agreement import Agreement, measure_agreement
 from localspec.drafter_spec import DrafterSpec
 from localspec.errors import InvalidParameterError, VocabMismatchError
-from localspec.gguf_reader import read_gguf
-from localspec.learned import restore_saved
-from localspec.loading import check_model_path, resolved_drafter
-from localspec.prompts import load_prompts
+from localspec.models.gguf_reader import read_gguf
+from localspec.runtime.learned import restore_saved
+from localspec.runtime.loading import check_model_path, resolved_drafter
 from localspec.types import GenerationParams
 
 VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo-2"}

@@ -15,16 +15,21 @@ from typing import Any
 
 from localspec.commands.limits import has_gpu_backend
 from localspec.drafter_spec import DrafterSpec
-from localspec.engine import Engine
 from localspec.errors import InvalidParameterError, ModelLoadError
-from localspec.loading import DEFAULT_N_CTX, LoadOptions, load_rule_violation, resolved_drafter
-from localspec.model_kind import ModelKind
-from localspec.model_memory import widened_types
-from localspec.plan_table import parse_size
-from localspec.plan_table import plan_summary as plan_summary  # re-exported for the chat UI
-from localspec.planner import KV_TYPES, Plan, plan_from_files
-from localspec.remote_plan import spread
-from localspec.rpc import parse_endpoints, remote_devices
+from localspec.models.kind import ModelKind
+from localspec.planning.memory import widened_types
+from localspec.planning.planner import KV_TYPES, Plan, plan_from_files
+from localspec.planning.remote import spread
+from localspec.planning.table import parse_size
+from localspec.planning.table import plan_summary as plan_summary  # re-exported for the chat UI
+from localspec.runtime.engine import Engine
+from localspec.runtime.loading import (
+    DEFAULT_N_CTX,
+    LoadOptions,
+    load_rule_violation,
+    resolved_drafter,
+)
+from localspec.runtime.rpc import parse_endpoints, remote_devices
 from localspec.types import DraftMax, GenerationParams, parse_draft_max
 
 
@@ -59,7 +64,7 @@ def draft_max_arg(text: str) -> DraftMax:
 
 
 def rpc_arg(text: str) -> tuple[str, ...]:
-    """argparse's converter for ``--rpc`` (localspec.rpc owns the rule)."""
+    """argparse's converter for ``--rpc`` (localspec.runtime.rpc owns the rule)."""
     try:
         return parse_endpoints(text)
     except InvalidParameterError as error:
@@ -157,7 +162,7 @@ def pair_name(args: argparse.Namespace) -> str | None:
 
 def choose_models(args: argparse.Namespace) -> ModelChoice:
     """Combine models.toml with --target/--draft (files named on the command line win)."""
-    from localspec.registry import load_registry
+    from localspec.models.registry import load_registry
 
     known = load_registry()
     pair_wanted = pair_name(args)

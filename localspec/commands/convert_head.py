@@ -1,5 +1,5 @@
 """`localspec convert-head`: a Hugging Face EAGLE-3 checkpoint -> the eagle3 GGUF llama.cpp
-loads (localspec/head_convert.py; numpy and the gguf package, no torch)."""
+loads (localspec/heads/convert.py; numpy and the gguf package, no torch)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import argparse
 from pathlib import Path
 
 from localspec.errors import InvalidParameterError
-from localspec.head_convert import OUTTYPES, convert_head
-from localspec.loading import check_model_path
+from localspec.heads.convert import OUTTYPES, convert_head
+from localspec.runtime.loading import check_model_path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    from localspec import registry
+    from localspec.models import registry
 
     checkpoint, out = Path(args.checkpoint), Path(args.output)
     if not checkpoint.is_dir():

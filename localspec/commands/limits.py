@@ -8,7 +8,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from localspec.devices import ggml_devices
+from localspec.planning.devices import ggml_devices
 from localspec.types import EngineInfo
 
 GPU_KINDS = ("gpu", "igpu")

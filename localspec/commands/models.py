@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from localspec.drafter_spec import DrafterSpec
-from localspec.model_kind import ModelKind
-from localspec.registry import Registry, load_registry
+from localspec.models.kind import ModelKind
+from localspec.models.registry import Registry, load_registry
 
 
 def register(subparsers: Any) -> None:

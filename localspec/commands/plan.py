@@ -9,9 +9,9 @@ from typing import Any
 from localspec.commands.common import add_model_arguments, checked_parallel, pair_name
 from localspec.commands.limits import has_gpu_backend
 from localspec.errors import InvalidParameterError
-from localspec.loading import DEFAULT_N_CTX, LoadOptions, resolved_drafter
-from localspec.model_memory import widened_types
-from localspec.planner import (
+from localspec.models.registry import load_registry
+from localspec.planning.memory import widened_types
+from localspec.planning.planner import (
     Device,
     Plan,
     choose_device,
@@ -19,9 +19,9 @@ from localspec.planner import (
     parse_size,
     plan_from_files,
 )
-from localspec.registry import load_registry
-from localspec.remote_plan import spread
-from localspec.rpc import remote_devices
+from localspec.planning.remote import spread
+from localspec.runtime.loading import DEFAULT_N_CTX, LoadOptions, resolved_drafter
+from localspec.runtime.rpc import remote_devices
 
 
 def register(subparsers: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from localspec.registry import Registry, load_registry
+from localspec.models.registry import Registry, load_registry
 
 
 def register(subparsers: Any) -> None:

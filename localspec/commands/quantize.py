@@ -8,7 +8,7 @@ from pathlib import Path
 
 from localspec import _core
 from localspec.errors import InvalidParameterError
-from localspec.loading import check_model_path
+from localspec.runtime.loading import check_model_path
 
 TYPES = (
     "Q4_K_M",

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from localspec.errors import InvalidParameterError
-from localspec.rpc import DEFAULT_PORT, is_loopback, require_rpc
+from localspec.runtime.rpc import DEFAULT_PORT, is_loopback, require_rpc
 
 # ggml's RPC server allocates every tensor in the device's plain buffers, and its wire format
 # carries no repacking, so a CPU device computes without llama.cpp's repacked weight layouts

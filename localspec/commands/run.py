@@ -17,7 +17,6 @@ from dataclasses import asdict, replace
 from types import FrameType
 from typing import Any
 
-from localspec.chat_template import chat_format, chat_tokens
 from localspec.commands.common import (
     ModelChoice,
     add_model_arguments,
@@ -28,9 +27,10 @@ from localspec.commands.common import (
 )
 from localspec.commands.limits import limit_notes
 from localspec.commands.shaping import add_shaping_arguments, shaping_fields
-from localspec.engine import Engine
 from localspec.errors import InvalidParameterError
-from localspec.learned import restore_saved, save_learned, saved_path
+from localspec.runtime.engine import Engine
+from localspec.runtime.learned import restore_saved, save_learned, saved_path
+from localspec.text.chat_template import chat_format, chat_tokens
 from localspec.types import GenerationParams, GenerationResult, GenerationStats
 
 INTERRUPTED = 130  # the shell's code for a process ended by Ctrl+C

@@ -17,7 +17,7 @@ from localspec.commands.common import (
 )
 from localspec.commands.limits import limit_notes
 from localspec.errors import InvalidParameterError, LocalspecError
-from localspec.rpc import is_loopback
+from localspec.runtime.rpc import is_loopback
 from localspec.server.options import ServerOptions
 from localspec.types import GenerationParams
 

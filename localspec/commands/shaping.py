@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from localspec.errors import InvalidParameterError
-from localspec.grammar import json_schema_to_gbnf, load_json_schema
+from localspec.text.grammar import json_schema_to_gbnf, load_json_schema
 from localspec.types import GenerationParams
 
 

@@ -53,8 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    from localspec import registry
-    from localspec.loading import check_model_path
+    from localspec.models import registry
+    from localspec.runtime.loading import check_model_path
     from localspec.train.pipeline import run as run_pipeline
 
     out = Path(args.out)

@@ -20,8 +20,8 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from localspec.engine import Engine
 from localspec.errors import LocalspecError
+from localspec.runtime.engine import Engine
 from localspec.server import errors
 from localspec.server.body import read_body
 from localspec.server.guard import RequestGuard

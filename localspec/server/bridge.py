@@ -1,6 +1,7 @@
 """Bridge a request's events, delivered on the engine thread, to asyncio.
 
-The reader is the handle's listener (localspec.engine.HandleListener): the engine thread hands
+The reader is the handle's listener (localspec.runtime.engine.HandleListener): the engine thread
+hands
 each chunk and the end to the event loop with ``call_soon_threadsafe``; the loop never blocks on
 the engine, and no thread waits per request. ``on_finish`` runs on the engine thread with the
 final result, whether or not anyone is still listening, so metrics count cancelled generations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
-from localspec.engine import HandleListener, RequestHandle
+from localspec.runtime.engine import HandleListener, RequestHandle
 from localspec.types import Chunk, GenerationResult
 
 DISCONNECT_POLL_SECONDS = 0.1

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CONTENT_TYPE_LATEST as PROMETHEUS_CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from localspec.engine_loop import PassReport
+from localspec.runtime.engine_loop import PassReport
 from localspec.types import GenerationStats
 
 __all__ = ["PROMETHEUS_CONTENT_TYPE", "ServerMetrics"]

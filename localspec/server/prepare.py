@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from localspec.chat_template import chat_format, render_chat
-from localspec.engine import Engine
 from localspec.errors import InvalidParameterError, PromptTooLongError
-from localspec.grammar import JSON_OBJECT_GBNF, json_schema_to_gbnf
+from localspec.runtime.engine import Engine
 from localspec.server.schemas import ChatCompletionRequest, CompletionRequest, SamplingRequest
+from localspec.text.chat_template import chat_format, render_chat
+from localspec.text.grammar import JSON_OBJECT_GBNF, json_schema_to_gbnf
 from localspec.types import GenerationParams
 
 # Request fields copied onto GenerationParams when the client sets them.

@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from starlette.requests import Request
 
-from localspec.engine import Engine
+from localspec.runtime.engine import Engine
 from localspec.server.bridge import Disconnected, Event, HandleReader
 from localspec.server.errors import ApiError
 from localspec.server.prepare import Prepared

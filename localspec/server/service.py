@@ -20,8 +20,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from localspec.engine import Engine
 from localspec.errors import LocalspecError, QueueFullError
+from localspec.runtime.engine import Engine
 from localspec.server.body import decode_json
 from localspec.server.bridge import Disconnected, Failed, Finished
 from localspec.server.errors import (

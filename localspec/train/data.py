@@ -2,7 +2,7 @@
 
 A JSONL line is one of ``{"text": ...}`` (text), ``{"prompt": ...}`` (a prompt),
 ``{"messages": [{"role", "content"}, ...]}`` (a chat, rendered with the target's chat template
-through localspec.chat_template: text when it ends with the assistant, else a prompt for its
+through localspec.text.chat_template: text when it ends with the assistant, else a prompt for its
 reply) or ``{"turns": [...]}`` (user turns; each becomes a one-turn chat prompt). Any other file
 is plain text: one document. Prompts are what ``--self-distill`` continues; without it they are
 trained on as they are. No torch here.
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from localspec.chat_template import render_chat
 from localspec.errors import InvalidParameterError
+from localspec.text.chat_template import render_chat
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from localspec.engine import Engine
+from localspec.runtime.engine import Engine
 from localspec.train.params import TrainHeadParams
 from localspec.types import GenerationParams
 

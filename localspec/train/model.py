@@ -1,5 +1,5 @@
 """The EAGLE-3 head in torch, computing exactly what the core computes (llama.cpp's eagle3
-graph, src/models/eagle3.cpp, run the way csrc/eagle3_drafter.cpp runs it):
+graph, src/models/eagle3.cpp, run the way csrc/draft/eagle3_drafter.cpp runs it):
 
 - g = fc(features): the target's three tapped layer inputs, concatenated (no norm first);
 - x = [rms(token_embd[token]) * attn_norm, rms(g) * attn_norm_2]: the token embedding row as

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from localspec.errors import InvalidParameterError
-from localspec.gguf_reader import read_gguf
+from localspec.models.gguf_reader import read_gguf
 from localspec.train import collect, data, evaluate, selfdistill, vocab
 from localspec.train.examples import EmbeddingTable, Example, examples, labels_of
 from localspec.train.params import (

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from localspec.engine import Engine
+from localspec.runtime.engine import Engine
 from localspec.train.data import Item
 from localspec.train.params import TrainHeadParams
 from localspec.types import GenerationParams
@@ -57,7 +57,8 @@ def _done(path: Path) -> dict[int, list[int]]:
 def continuations(prompts: Sequence[tuple[int, ...]], params: TrainHeadParams, path: Path,
                   progress: Progress, budget: int) -> list[list[int]]:
     """prompt + the target's continuation, for prompts in order until `budget` tokens. The
-    target continues PARALLEL prompts at a time (they share its passes: localspec.engine_loop)."""
+    target continues PARALLEL prompts at a time (they share its passes:
+    localspec.runtime.engine_loop)."""
     done = _done(path)
     total = sum(min(len(p) + params.continuation_tokens, params.seq_len) for p in prompts)
     total = min(total, budget)

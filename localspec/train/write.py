@@ -1,5 +1,5 @@
 """Step 4: the trained head as the eagle3 GGUF that the core and llama.cpp's eagle3 loader read
-(localspec/eagle3.py writes the layout). Matrices in F16 (as published heads are), Q8_0 (about
+(localspec/heads/eagle3.py writes the layout). Matrices in F16 (as published heads are), Q8_0 (about
 half the size: the shipped head) or F32; norms stay F32; d2t holds absolute target ids. Takes
 numpy arrays named as localspec/train/model.py names its parameters: no torch here."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from localspec import eagle3
-from localspec.gguf_reader import read_gguf
+from localspec.heads import eagle3
+from localspec.models.gguf_reader import read_gguf
 from localspec.train.params import HeadShape
 
 # model.py's parameter names -> the GGUF's tensor names.

@@ -6,9 +6,9 @@
 #include <cstdlib>
 #include <map>
 
-#include "acceptance.h"
-#include "controller.h"
-#include "text_stream.h"
+#include "sample/acceptance.h"
+#include "engine/controller.h"
+#include "engine/text_stream.h"
 
 using namespace localspec;
 

@@ -12,7 +12,7 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input
 
-from localspec.engine import Engine
+from localspec.runtime.engine import Engine
 from localspec.types import GenerationParams
 
 from .chatui import ChatApp, ChatScreen, ChatSettings

@@ -9,8 +9,8 @@ import pytest
 from textual.widgets import Input
 
 from localspec.commands.limits import limit_notes
-from localspec.engine import Engine
-from localspec.model_kind import ModelKind
+from localspec.models.kind import ModelKind
+from localspec.runtime.engine import Engine
 
 from .chatui import (
     AssistantMessage,

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from localspec.engine import Engine
 from localspec.errors import InvalidParameterError
+from localspec.runtime.engine import Engine
 
 from .chatui import AssistantMessage, ChatApp, ChatSettings, Notice, UserMessage, printable
 from .clock import PassCostClock

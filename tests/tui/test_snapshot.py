@@ -14,7 +14,7 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input
 
-from localspec.engine import Engine
+from localspec.runtime.engine import Engine
 
 from .conftest import make_app, send, wait_for_replies
 

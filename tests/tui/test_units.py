@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from localspec.engine import Engine
 from localspec.errors import InvalidParameterError, PromptTooLongError
+from localspec.runtime.engine import Engine
 from localspec.types import GenerationStats
 
 from .chatui import (

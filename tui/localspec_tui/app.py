@@ -7,9 +7,9 @@ from dataclasses import replace
 
 from textual.app import App
 
-from localspec.engine import Engine
 from localspec.errors import LocalspecError
-from localspec.model_kind import ModelKind
+from localspec.models.kind import ModelKind
+from localspec.runtime.engine import Engine
 from localspec.types import EngineInfo
 
 from .metrics import EngineClock, StepClock

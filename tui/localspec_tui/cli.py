@@ -20,7 +20,7 @@ from localspec.errors import InvalidParameterError
 from .settings import ChatSettings, parse_draft_max
 
 if TYPE_CHECKING:
-    from localspec.engine import Engine
+    from localspec.runtime.engine import Engine
 
 
 def register(subparsers: Any) -> None:

@@ -1,6 +1,6 @@
 """The conversation so far and the prompt it becomes through the model's chat template.
 
-Rendering and trimming are the shared ``localspec.chat_template`` code (the server uses the
+Rendering and trimming are the shared ``localspec.text.chat_template`` code (the server uses the
 same); this module only decides the budget: the prompt may use the context minus the room
 reserved for the reply, and the oldest turns go first when it does not fit.
 """
@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from localspec.chat_template import (
+from localspec.errors import PromptTooLongError
+from localspec.text.chat_template import (
     ChatFormat,
     chat_format,
     chat_tokens,
     fit_history,
     render_chat,
 )
-from localspec.errors import PromptTooLongError
 from localspec.types import EngineInfo
 
 Tokenize = Callable[[str, bool, bool], list[int]]  # (text, add_special, parse_special)

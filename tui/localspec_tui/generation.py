@@ -16,8 +16,8 @@ from dataclasses import replace
 
 from textual.message import Message
 
-from localspec.engine import Engine, RequestHandle
 from localspec.errors import LocalspecError
+from localspec.runtime.engine import Engine, RequestHandle
 from localspec.types import FinishReason, GenerationParams, GenerationStats
 
 from .provenance import ProvenanceTracker, Span

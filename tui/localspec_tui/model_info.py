@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from localspec.model_kind import ModelKind
+from localspec.models.kind import ModelKind
 from localspec.types import EngineInfo
 
 from .widgets.status import ModelLine
@@ -45,7 +45,7 @@ def memory_summary(info: EngineInfo) -> str:
     """
     draft = info.drafter_spec.path
     try:
-        from localspec.planner import format_bytes, plan_from_files
+        from localspec.planning.planner import format_bytes, plan_from_files
 
         fast_head = "localspec" in info.verify_head or "localspec" in info.draft_head
         plan = plan_from_files(info.target_path, draft, info.n_ctx, fast_head=fast_head,

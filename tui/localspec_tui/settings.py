@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from localspec.grammar import JSON_OBJECT_GBNF
+from localspec.text.grammar import JSON_OBJECT_GBNF
 from localspec.types import DraftMax, GenerationParams, generation_rule_violation
 from localspec.types import parse_draft_max as parse_draft_max  # "auto" or 0-64, for /k
 

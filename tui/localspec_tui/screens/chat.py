@@ -11,8 +11,8 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Input
 
-from localspec.engine import Engine
 from localspec.errors import LocalspecError
+from localspec.runtime.engine import Engine
 
 from ..commands import parse_command, parse_max_tokens, parse_switch
 from ..conversation import Conversation

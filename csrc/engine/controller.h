@@ -1,0 +1,129 @@
+// The draft-length controller (docs/design.md, "The controller"): learns, online, what a drafted
+// token costs, what verifying j tokens costs and how often drafts are accepted at each draft
+// position, and picks the k that maximises expected tokens per second, including k = 0 (plain
+// decoding) when drafting does not pay.
+//
+// With conditional acceptance a_i at draft position i (the chance that d_i is accepted given
+// that d_1 .. d_{i-1} were), a step that drafts k tokens emits on average
+//     E(k) = 1 + sum_{j=1..k} prod_{i=1..j} a_i      tokens (accepted prefix + correction/bonus)
+// and costs T(k) = k * c + V(k + 1) seconds (c: draft seconds per token, V(j): seconds for a
+// target pass over j rows, priced by whether it keeps the last pass's shape: next_pass_seconds).
+// Plain decoding is E(0) / V(1) = 1 / V(1).
+//
+// The worst case is bounded by design. Drafting must earn its place:
+//   * exploit: draft only where a PESSIMISTIC estimate of acceptance (a lower confidence bound,
+//     further cut by a fast-moving estimate so that a kind that stops being right is dropped
+//     within a few steps) still beats plain decoding, and what the draft risks (its worst
+//     case times the pessimistic chance of it) fits the credit;
+//   * explore: otherwise draft only when an optimistic estimate could win AND the exploration
+//     budget pays for the draft's worst case (every token rejected) in full;
+//   * evidence is also free: a deterministic proposal that was not verified is checked against
+//     what the target produced after it (observe_acceptance);
+//   * credit: each request starts with none, earns kBudget (2%) of a plain pass per emitted
+//     token, gains or loses what each drafting step actually won or lost against plain
+//     decoding, and is capped. Exploiting may go kExploitAllowance below zero; exploring may
+//     spend only the budget (and what probes themselves won), never what exploiting won.
+// So exploring costs a request at most kBudget of its plain time, and exploiting at most
+// kExploitAllowance plain passes beyond what it won, in expectation under the pessimistic
+// estimate (docs/design.md, "The controller").
+#pragma once
+
+#include <vector>
+
+#include "draft/draft_kind.h"
+
+namespace localspec {
+
+// What the controller has learned, kept across requests (and saved by `localspec run`).
+struct ControllerMemory {
+    // [slot][i]: decayed counts of drafts that reached position i (trials) and of those accepted
+    // (hits); hits / trials estimates the conditional acceptance a_{i+1}.
+    std::vector<std::vector<double>> trials, hits;
+    std::vector<double> verify;      // [rows]: smoothed seconds of a target pass; 0 = not measured
+    std::vector<double> draft_cost;  // [slot]: smoothed draft seconds per drafted token
+};
+
+// The first n tokens of a chained draft, of a kind of their own (grammar-forced text) learned in
+// `slot`; the tokens after them are the draft's kind.
+struct DraftLead {
+    int n = 0;
+    int slot = 0;
+};
+
+class DraftController {
+public:
+    explicit DraftController(int k_max);
+
+    int k_max() const { return k_max_; }
+    // Acceptance and draft cost are tracked per kind of draft, in the kind's slot
+    // (DraftKind::slot: a draft model or head in slot 0; an n-gram lookup by its match length,
+    // since a 4-token match predicts better than a 2-token one and costs nothing to draft).
+    static constexpr int kSlots = DraftKind::kSlots;
+
+    // What belongs to one request (its credit and recent acceptance), as opposed to what is
+    // learned for all of them. Batched generation keeps one per sequence and swaps it in around
+    // that sequence's calls (swap_request); one request at a time never needs to.
+    struct RequestState {
+        double credit = 0, explore_credit = 0;
+        bool exploring = false;
+        std::vector<double> fast = std::vector<double>(kSlots, 0.0);
+    };
+    void swap_request(RequestState& other);
+
+    // A new request: its credit starts at zero, and what was learned before is kept but weighed
+    // down to a few observations' worth, so that the request's own evidence soon dominates.
+    void begin_request();
+    // Draft length for the next step, for a draft of this kind, at most `limit` (the drafter's
+    // proposal length when it drafts first).
+    int choose(int slot = 0, int limit = 1 << 30);
+    // What the step did: drafted k tokens (k may be below the choice when the drafter had
+    // fewer to offer), accepted n of them, and how long drafting and verification took.
+    // A lead's acceptance counts for its slot, from position 0, and the rest's for `slot`, from
+    // position 0 too, when the whole lead was accepted; the draft seconds are shared per token.
+    void observe(int k, int n_accepted, double draft_seconds, double verify_seconds, int slot = 0,
+                 DraftLead lead = {});
+    // Acceptance evidence without a pass: a proposal of k tokens that was not verified, of which
+    // the first n turned out to be what the target produced (a deterministic draft, checked
+    // against the tokens emitted after it). Updates acceptance only, not costs or credit.
+    void observe_acceptance(int k, int n_accepted, int slot = 0);
+    // Seeds V(rows) from a calibration pass (engine start-up), before any step has measured it.
+    void seed_verify_seconds(int rows, double seconds);
+
+    // Estimates. position is 0-based (0: the first drafted token); acceptance at position -1 is
+    // the kind's pooled acceptance over all positions.
+    double acceptance(int slot = 0, int position = -1) const;             // mean estimate
+    double pessimistic_acceptance(int slot = 0, int position = 0) const;  // what exploiting uses
+    double verify_seconds(int rows) const;                                // V(rows)
+    // What the next pass over `rows` rows costs given the last pass's rows: a pass of the same
+    // shape as the one before can cost less (llama.cpp reuses its graph; over RPC ggml then
+    // sends no new graph to the workers). V(rows) until both kinds are measured.
+    double next_pass_seconds(int rows) const;
+    double draft_seconds_per_token(int slot = 0) const;
+    enum class Estimate { Mean, Pessimistic, Optimistic };
+    double expected_rate(int k, int slot = 0, Estimate estimate = Estimate::Mean) const;  // E(k) / T(k)
+    double credit() const { return credit_; }  // seconds drafting may still lose in this request
+
+    const ControllerMemory& memory() const { return mem_; }
+    // Restores saved memory; entries of the wrong shape (another k_max or kind count) are ignored.
+    void restore(const ControllerMemory& memory);
+
+private:
+    double bounded_acceptance(int slot, int position, double z) const;
+    double worst_loss(int k, int slot) const;  // seconds lost if every drafted token is rejected
+    double fast_ratio(int slot) const;
+    int explore(int slot, int limit) const;
+
+    int k_max_;
+    ControllerMemory mem_;
+    // The current request's state (RequestState):
+    std::vector<double> fast_;  // [slot]: recent share of drafted tokens accepted (fast_ratio)
+    double credit_ = 0;          // what drafting may still lose in this request (seconds)
+    double explore_credit_ = 0;  // the part of it that exploring may spend: its budget only
+    bool exploring_ = false;     // the last choice was a probe (paid from explore_credit_)
+    // Pass seconds by rows, split by whether the pass had the previous pass's rows (learned in
+    // this process only; 0 = not measured), and the rows of the last observed pass.
+    std::vector<double> same_shape_, new_shape_;
+    int last_rows_ = 0;
+};
+
+}  // namespace localspec

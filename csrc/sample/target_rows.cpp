@@ -1,0 +1,93 @@
+#include "sample/target_rows.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace localspec {
+
+TargetRows::TargetRows(const Context& target, int first_row, const std::vector<Token>& history,
+                       const std::vector<Token>& drafts, const SamplingParams& params, Grammar* grammar,
+                       const std::vector<std::vector<Token>>* candidates)
+    : target_(target), first_row_(first_row), drafts_(drafts), params_(params), grammar_(grammar),
+      candidates_(candidates) {
+    if (params.penalized()) {
+        const size_t n = params.penalty_last_n < 0 ? history.size()
+                                                   : std::min(history.size(), static_cast<size_t>(params.penalty_last_n));
+        window_.assign(history.end() - static_cast<long>(n), history.end());
+    }
+}
+
+void TargetRows::advance_to(size_t i) {
+    while (row_ < i) {
+        const Token d = drafts_[row_];
+        if (grammar_) grammar_->accept(d);  // row_'s rule accepted d, so the grammar allows it
+        if (params_.penalized()) window_.push_back(d);
+        ++row_;
+    }
+}
+
+const float* TargetRows::penalized(size_t i) {
+    advance_to(i);
+    const float* raw = target_.logits(first_row_ + static_cast<int>(i));
+    if (!params_.penalized()) return raw;
+    buffer_.assign(raw, raw + target_.n_vocab());
+    apply_penalties(buffer_.data(), target_.n_vocab(), window_, params_);
+    return buffer_.data();
+}
+
+// Plain decoding masks the whole row to the allowed tokens A after the penalties: the same
+// values at A, -infinity elsewhere, which is what this builds from A's logits alone (every
+// penalty leaves -infinity as it is).
+const float* TargetRows::from_candidates(size_t i) {
+    if (!grammar_ || !candidates_ || i >= candidates_->size() || (*candidates_)[i].empty()) return nullptr;
+    advance_to(i);
+    const std::vector<Token> allowed = grammar_->allowed((*candidates_)[i]);
+    if (allowed.empty()) throw std::logic_error("the grammar allows none of a forced row's candidates");
+    const float* raw = target_.logits(first_row_ + static_cast<int>(i));
+    buffer_.assign(static_cast<size_t>(target_.n_vocab()), -INFINITY);
+    for (Token t : allowed) buffer_[static_cast<size_t>(t)] = raw[t];
+    apply_penalties(buffer_.data(), target_.n_vocab(), window_, params_);
+    return buffer_.data();
+}
+
+Token TargetRows::argmax(size_t i) {
+    if (const float* shaped = from_candidates(i)) return localspec::argmax(shaped, target_.n_vocab());
+    const float* logits = penalized(i);
+    const Token best = localspec::argmax(logits, target_.n_vocab());
+    // The constrained argmax is the unconstrained one whenever the grammar allows it.
+    if (!grammar_ || grammar_->allows(best)) return best;
+    return constrained_argmax(logits);
+}
+
+// The best token the grammar allows: the first allowed among the kTopCandidates best (in
+// argmax's order: higher logit, then lower id), which is the answer when its logit is above
+// every token outside them; otherwise (rare) the whole vocabulary is masked, which costs a
+// grammar check per token (~70 ms on a 262k vocabulary).
+Token TargetRows::constrained_argmax(const float* logits) {
+    constexpr int kTopCandidates = 128;
+    const int n_vocab = target_.n_vocab();
+    const std::vector<Token> top = top_tokens(logits, n_vocab, kTopCandidates);
+    const std::vector<Token> allowed = grammar_->allowed(top);
+    if (!allowed.empty() && (top.size() == static_cast<size_t>(n_vocab) || logits[allowed[0]] > logits[top.back()])) {
+        return allowed[0];
+    }
+    if (logits != buffer_.data()) buffer_.assign(logits, logits + n_vocab);
+    grammar_->mask(buffer_.data(), n_vocab);
+    return localspec::argmax(buffer_.data(), n_vocab);
+}
+
+Distribution TargetRows::warped(size_t i) {
+    if (const float* shaped = from_candidates(i)) return warp(shaped, target_.n_vocab(), params_);
+    const float* logits = penalized(i);
+    if (!grammar_) return warp(logits, target_.n_vocab(), params_);
+    if (logits != buffer_.data()) buffer_.assign(logits, logits + target_.n_vocab());
+    grammar_->mask(buffer_.data(), target_.n_vocab());
+    return warp(buffer_.data(), target_.n_vocab(), params_);
+}
+
+void TargetRows::emit(Token token) {
+    if (grammar_) grammar_->accept(token);
+}
+
+}  // namespace localspec
