@@ -20,8 +20,8 @@ from localspec.models.kind import ModelKind
 from localspec.planning.memory import widened_types
 from localspec.planning.planner import KV_TYPES, Plan, plan_from_files
 from localspec.planning.remote import spread
-from localspec.planning.table import parse_size
 from localspec.planning.table import plan_summary as plan_summary  # re-exported for the chat UI
+from localspec.planning.units import parse_size
 from localspec.runtime.engine import Engine
 from localspec.runtime.loading import (
     DEFAULT_N_CTX,

@@ -24,11 +24,11 @@ from localspec.planning.memory import DEFAULT_UBATCH, HEAD_UBATCH
 from localspec.planning.memory import KV_TYPES as KV_TYPES  # re-exported with the model's needs
 from localspec.planning.memory import ModelMemory as ModelMemory
 from localspec.planning.memory import model_memory as model_memory
-from localspec.planning.table import GiB as GiB  # re-exported, as are the two size helpers
-from localspec.planning.table import MiB as MiB
-from localspec.planning.table import format_bytes as format_bytes
-from localspec.planning.table import parse_size as parse_size
 from localspec.planning.table import render_plan
+from localspec.planning.units import GiB as GiB  # re-exported, as are the two size helpers
+from localspec.planning.units import MiB as MiB
+from localspec.planning.units import format_bytes as format_bytes
+from localspec.planning.units import parse_size as parse_size
 
 if TYPE_CHECKING:
     from localspec.planning.remote import RemotePlacement

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from localspec.planning.table import MiB, format_bytes
+from localspec.planning.planner import model_memory, place_model
+from localspec.planning.units import MiB, format_bytes
 from localspec.runtime.rpc import RemoteDevice
 
 if TYPE_CHECKING:
@@ -71,8 +72,6 @@ def remote_reserve(device: RemoteDevice) -> int:
 def with_remote(plan: Plan, target: ModelMemory, remote: Sequence[RemoteDevice]) -> Plan:
     """``plan`` (everything local) with the target's layers spread over ``remote`` first: the
     local device keeps the rest, the output layer and the drafter."""
-    from localspec.planning.planner import place_model
-
     gpu = plan.device.kind == "gpu"
     frees = [d.free_bytes for d in remote] + ([plan.device.free_bytes] if gpu else [])
     ranges = split_layers(target.n_layer, frees)
@@ -113,25 +112,6 @@ def spread(plan: Plan, target_path: str | os.PathLike[str], remote: Sequence[Rem
            fast_head: bool = True) -> Plan:
     """``with_remote`` for the target at ``target_path`` (its GGUF header is read); ``plan``
     unchanged without remote devices."""
-    from localspec.planning.planner import model_memory
-
     if not remote:
         return plan
     return with_remote(plan, model_memory(target_path, fast_head=fast_head), remote)
-
-
-def remote_lines(plan: Plan) -> list[str]:
-    """The remote devices' rows of ``localspec plan``."""
-    if not plan.remote:
-        return []
-    lines = ["Remote devices (--rpc), target layers first, then the local device:"]
-    for p in plan.remote:
-        verdict = "fits" if p.fits else "does NOT fit"
-        lines.append(f"  {p.device.name} at {p.device.endpoint}: "
-                     f"{format_bytes(p.device.free_bytes)} free; {p.layers} "
-                     f"({format_bytes(p.weights_bytes)} weights + {format_bytes(p.kv_bytes)} "
-                     f"KV cache, {format_bytes(p.reserve_bytes)} kept free): {verdict}")
-    lines.append("  local: the input embeddings, the output layer and the drafter"
-                 + (f", {plan.target.layers_on_device} layers" if plan.target.layers_on_device
-                    else ""))
-    return lines

@@ -2,41 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
-from localspec.errors import InvalidParameterError
+from localspec.planning.units import format_bytes
 
 if TYPE_CHECKING:
     from localspec.planning.planner import Placement, Plan
-
-MiB = 1 << 20
-GiB = 1 << 30
-
-def format_bytes(n: int) -> str:
-    """Human-readable binary size: "1.50 GiB", "235.8 MiB", "512 B"."""
-    for unit, scale in (("GiB", GiB), ("MiB", MiB), ("KiB", 1024)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}" if unit == "GiB" else f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)(b?)\s*$", re.IGNORECASE)
-
-
-def parse_size(text: str) -> int:
-    """Parse "8GiB", "512MiB", "6GB", "6G" (binary), "1000000" (bytes) into bytes."""
-    match = _SIZE_RE.match(text)
-    if not match or (match.group(3) and not match.group(2)):
-        raise InvalidParameterError(
-            f"budget {text!r} is not a size: write it like 8GiB, 512MiB or 6GB."
-        )
-    number, unit, binary, byte = match.groups()
-    power = " kmgt".index(unit.lower()) if unit else 0
-    decimal = bool(byte) and not binary  # "GB" is decimal; "GiB" and bare "G" are binary
-    return int(float(number) * ((1000 if decimal else 1024) ** power))
-
-
 
 def render_plan(plan: Plan) -> str:
     """The plan as an aligned table, then the verdict, the reason and any warnings."""
@@ -75,8 +46,6 @@ def render_plan(plan: Plan) -> str:
     verdict = "fits" if plan.fits else "does NOT fit"
     lines.append(f"Total: {format_bytes(total)} of {format_bytes(plan.device.free_bytes)} "
                  f"(reserve included): {verdict}.")
-    from localspec.planning.remote import remote_lines
-
     lines += remote_lines(plan)
     if plan.reason:
         lines.append(plan.reason)
@@ -113,3 +82,20 @@ def plan_summary(plan: Plan) -> str:
         moved = sum(p.n_layers for p in plan.remote)
         text += f", {moved} target layers on {len(plan.remote)} remote devices"
     return text if plan.fits else f"{text}: does NOT fit"
+
+
+def remote_lines(plan: Plan) -> list[str]:
+    """The remote devices' rows of ``localspec plan``."""
+    if not plan.remote:
+        return []
+    lines = ["Remote devices (--rpc), target layers first, then the local device:"]
+    for p in plan.remote:
+        verdict = "fits" if p.fits else "does NOT fit"
+        lines.append(f"  {p.device.name} at {p.device.endpoint}: "
+                     f"{format_bytes(p.device.free_bytes)} free; {p.layers} "
+                     f"({format_bytes(p.weights_bytes)} weights + {format_bytes(p.kv_bytes)} "
+                     f"KV cache, {format_bytes(p.reserve_bytes)} kept free): {verdict}")
+    lines.append("  local: the input embeddings, the output layer and the drafter"
+                 + (f", {plan.target.layers_on_device} layers" if plan.target.layers_on_device
+                    else ""))
+    return lines
