@@ -41,12 +41,17 @@ from localspec.bench.table import (
     print_theory,
 )
 from localspec.commands.bench_modes import MODE_CHOICES, check_modes, run_both
-from localspec.commands.common import add_model_arguments, choose_models, draft_max_arg, load_engine
+from localspec.commands.common import (
+    add_draft_max_argument,
+    add_model_arguments,
+    choose_models,
+    load_engine,
+)
 from localspec.commands.serve import DEFAULT_PARALLEL
 from localspec.commands.shaping import add_shaping_arguments, shaping_fields
 from localspec.drafter_spec import DrafterSpec
 from localspec.errors import InvalidParameterError
-from localspec.runtime.convert import AUTO_DRAFT_MAX
+from localspec.runtime.convert import longest_draft
 from localspec.runtime.engine import Engine
 from localspec.runtime.learned import restore_saved
 from localspec.runtime.loading import DEFAULT_N_CTX
@@ -76,8 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "%(default)s)")
     parser.add_argument("--temperature", type=float, default=0.0,
                         help="sampling temperature, 0: greedy (default: %(default)s)")
-    parser.add_argument("--draft-max", type=draft_max_arg, default=None,
-                        help=f"K or auto (default: auto; {SYNTHETIC_DRAFT_MAX} with --synthetic)")
+    add_draft_max_argument(parser, f"auto; {SYNTHETIC_DRAFT_MAX} with --synthetic")
     parser.add_argument("--repeat", type=int, default=3,
                         help="interleaved repeats of every arm per prompt (default %(default)s)")
     parser.add_argument("--saved-stats", action="store_true",
@@ -149,7 +153,7 @@ def _draft_max(args: argparse.Namespace) -> DraftMax:
             raise InvalidParameterError(
                 "--synthetic generates its own pair: leave out --target, --draft and --pair.")
         return check_draft_max(SYNTHETIC_DRAFT_MAX if args.draft_max is None else args.draft_max)
-    return "auto" if args.draft_max is None else args.draft_max
+    return GenerationParams.draft_max if args.draft_max is None else args.draft_max
 
 
 def _synthetic_spec(args: argparse.Namespace) -> SyntheticSpec:
@@ -172,7 +176,7 @@ def _ceiling_k_max(drafter: DrafterSpec, params: GenerationParams) -> int | None
     """The longest draft the n-gram ceiling replays, or None when it does not apply."""
     if drafter.kind != "ngram" or params.temperature != 0:
         return None
-    return AUTO_DRAFT_MAX if params.draft_max == "auto" else int(params.draft_max)
+    return longest_draft(params.draft_max)
 
 
 def _measure(engine: Engine, prompts: list[Prompt], params: GenerationParams,

@@ -23,9 +23,9 @@ from localspec.bench.report import Report, Row, summarize
 from localspec.bench.runner import PromptRun, run_comparison
 from localspec.commands.common import (
     ModelChoice,
+    add_draft_max_argument,
     add_model_arguments,
     choose_models,
-    draft_max_arg,
     load_engine,
     plan_choice,
     plan_summary,
@@ -60,8 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--limit", type=int, default=1, help="prompts per category (default 1)")
     parser.add_argument("--categories", help="comma-separated built-in categories (default: all)")
     parser.add_argument("--prompts", help="a JSONL prompt file (default: the built-in set)")
-    parser.add_argument("--draft-max", type=draft_max_arg, default="auto",
-                        help="longest draft per step, or auto (default)")
+    add_draft_max_argument(parser, "auto")
     parser.add_argument("--vocab-only", action="store_true",
                         help="check the vocabularies only (default: also measure)")
     parser.add_argument("--saved-stats", action="store_true",
@@ -199,7 +198,8 @@ def run(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise InvalidParameterError(f"--limit {args.limit} is invalid: use 1 or more.")
     params = GenerationParams(max_tokens=args.max_tokens, temperature=0.0,
-                              draft_max=args.draft_max, seed=0)
+                              draft_max=(GenerationParams.draft_max if args.draft_max is None
+                                         else args.draft_max), seed=0)
     params.validate()
     choice = choose_models(args)
     choice = replace(choice, drafter=resolved_drafter(choice.drafter, choice.target,

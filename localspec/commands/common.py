@@ -30,7 +30,7 @@ from localspec.runtime.loading import (
     resolved_drafter,
 )
 from localspec.runtime.rpc import parse_endpoints, remote_devices
-from localspec.types import DraftMax, GenerationParams, parse_draft_max
+from localspec.types import DRAFT_MAX_LIMIT, DraftMax, GenerationParams, parse_draft_max
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,17 @@ def draft_max_arg(text: str) -> DraftMax:
         return parse_draft_max(text)
     except InvalidParameterError as error:
         raise argparse.ArgumentTypeError(str(error).rstrip(".")) from None
+
+
+def add_draft_max_argument(parser: argparse.ArgumentParser,
+                           default: str = "the pair's, else auto") -> None:
+    """``--draft-max``, the same for every command (run, bench, check, chat): None when not
+    given, which each command reads as ``default`` says (the pair's draft length, else
+    GenerationParams' own default)."""
+    parser.add_argument(
+        "--draft-max", type=draft_max_arg, default=None,
+        help=f"longest draft per step: 'auto' (the controller picks) or 0-{DRAFT_MAX_LIMIT} "
+             f"(default: {default})")
 
 
 def rpc_arg(text: str) -> tuple[str, ...]:

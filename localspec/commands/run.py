@@ -19,10 +19,10 @@ from typing import Any
 
 from localspec.commands.common import (
     ModelChoice,
+    add_draft_max_argument,
     add_model_arguments,
     add_speculation_switch,
     choose_models,
-    draft_max_arg,
     load_engine,
 )
 from localspec.commands.limits import limit_notes
@@ -50,10 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "text)",
     )
     parser.add_argument("--system", help="a system message (with --chat; default: none)")
-    parser.add_argument(
-        "--draft-max", type=draft_max_arg, default=None,
-        help="longest draft per step, or auto: the controller picks (default: the pair's, auto)",
-    )
+    add_draft_max_argument(parser)
     parser.add_argument("--max-tokens", type=int, default=GenerationParams.max_tokens,
                         help="tokens to generate at most (default: %(default)s)")
     parser.add_argument(

@@ -6,10 +6,15 @@ from dataclasses import fields
 from typing import Any
 
 from localspec import _core
-from localspec.types import GenerationParams, GenerationStats, TokenLogprob
+from localspec.types import DraftMax, GenerationParams, GenerationStats, TokenLogprob
 
 # With draft_max="auto" the controller picks k per step, up to the core's limit.
 AUTO_DRAFT_MAX: int = _core.AUTO_DRAFT_MAX
+
+
+def longest_draft(draft_max: DraftMax) -> int:
+    """The longest draft a step may make: the core's limit for "auto", else the fixed length."""
+    return AUTO_DRAFT_MAX if draft_max == "auto" else int(draft_max)
 
 
 def params_to_core(params: GenerationParams, prompt: list[int]) -> _core.GenerateRequest:
@@ -28,10 +33,8 @@ def params_to_core(params: GenerationParams, prompt: list[int]) -> _core.Generat
         penalty_last_n=params.penalty_last_n,
     )
     request.max_tokens = params.max_tokens
-    auto = params.draft_max == "auto"
-    draft_max = AUTO_DRAFT_MAX if auto else int(params.draft_max)
-    request.draft_max = draft_max if params.speculative else 0
-    request.adaptive = auto
+    request.draft_max = longest_draft(params.draft_max) if params.speculative else 0
+    request.adaptive = params.draft_max == "auto"
     request.ignore_eos = params.ignore_eos
     request.reuse_cache = params.reuse_cache
     request.stop = list(params.stop)

@@ -163,9 +163,10 @@ def test_cli_mode_loader_loads_the_same_models_in_either_mode(tiny_model_path: o
     assert args.exact is False  # the chat's own flags are left as they were
 
 
-def test_cli_rejects_bad_values(tiny_model_path: object) -> None:
-    args = parse(["--target", str(tiny_model_path), "--draft-max", "lots"])
-    with pytest.raises(InvalidParameterError, match="--draft-max"):
-        cli.settings_from_args(args, cli.resolve_models(args))
+def test_cli_rejects_bad_values(tiny_model_path: object,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:  # argparse's one line and exit code 2
+        parse(["--target", str(tiny_model_path), "--draft-max", "lots"])
+    assert exited.value.code == 2 and "--draft-max" in capsys.readouterr().err
     with pytest.raises(InvalidParameterError, match="either a PAIR"):
         cli.resolve_models(parse(["mypair", "--target", str(tiny_model_path)]))

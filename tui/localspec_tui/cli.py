@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 from localspec.commands.common import (
     ModelChoice,
+    add_draft_max_argument,
     add_model_arguments,
     add_speculation_switch,
     choose_models,
     pair_name,
 )
 from localspec.commands.shaping import add_shaping_arguments, shaping_fields
-from localspec.errors import InvalidParameterError
 
-from .settings import ChatSettings, parse_draft_max
+from .settings import ChatSettings
 
 if TYPE_CHECKING:
     from localspec.runtime.engine import Engine
@@ -35,9 +35,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--temperature", type=float, help="sampling temperature (default: the pair's, 0.8)"
     )
-    parser.add_argument(
-        "--draft-max", help="draft length: 'auto' or 0-64 (default: the pair's, auto)"
-    )
+    add_draft_max_argument(parser)
     parser.add_argument(
         "--max-tokens", type=int, default=512, help="longest reply in tokens (default: 512)"
     )
@@ -49,11 +47,7 @@ def register(subparsers: Any) -> None:
 
 def settings_from_args(args: argparse.Namespace, choice: ModelChoice) -> ChatSettings:
     defaults = choice.defaults()
-    try:
-        draft_max = (defaults.draft_max if args.draft_max is None
-                     else parse_draft_max(args.draft_max))
-    except InvalidParameterError as error:
-        raise InvalidParameterError(f"--draft-max: {error}") from None
+    draft_max = defaults.draft_max if args.draft_max is None else args.draft_max
     settings = ChatSettings(
         speculative=not args.no_speculation,
         draft_max=draft_max,
