@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from starlette.responses import JSONResponse
 
 from localspec.errors import LocalspecError, PromptTooLongError, QueueFullError
+from localspec.server.schemas import ErrorBody, ErrorResponse
 
 logger = logging.getLogger("localspec.server")
 
@@ -65,15 +66,9 @@ def error_response(
     param: str | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
-    body = {
-        "error": {
-            "message": message,
-            "type": _TYPES.get(status, "server_error"),
-            "param": param,
-            "code": code,
-        }
-    }
-    return JSONResponse(body, status_code=status, headers=headers)
+    body = ErrorResponse(error=ErrorBody(message=message, type=_TYPES.get(status, "server_error"),
+                                         param=param, code=code))
+    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
 
 
 def from_api_error(error: ApiError) -> JSONResponse:

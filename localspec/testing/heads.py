@@ -7,7 +7,7 @@ The head reads the target's layers (2, n/2, n-3) by default (clamped into a smal
 its own output layer over ``draft_vocab`` target tokens (a random subset, or the whole
 vocabulary when ``draft_vocab`` is 0: then no ``d2t``), and copies the target's tokenizer.
 
-Needs the ``gguf`` package (``pip install 'localspec[test]'``).
+Written with the ``gguf`` package, a base dependency (convert-head uses it too).
 """
 
 from __future__ import annotations

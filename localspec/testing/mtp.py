@@ -18,7 +18,7 @@ from its own random draw. Same vocabulary and chat template as ``localspec.testi
 random
 weights otherwise.
 
-Needs the ``gguf`` package (``pip install 'localspec[test]'``).
+Written with the ``gguf`` package, a base dependency (convert-head uses it too).
 """
 
 from __future__ import annotations

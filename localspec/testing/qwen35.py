@@ -12,7 +12,7 @@ its token's normalised embedding through ``eh_proj`` (identity on the embedding 
 ``mtp_noise``: it predicts what the trunk will say next (the same construction as
 ``localspec.testing.mtp``). Same vocabulary and chat template as ``localspec.testing.synthetic``.
 
-Needs the ``gguf`` package (``pip install 'localspec[test]'``).
+Written with the ``gguf`` package, a base dependency (convert-head uses it too).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Qwen3.5, Nemotron-H, ...); localspec speculates on those (docs/design.md, "Recur
 targets"). Mamba keeps no snapshots, so localspec decodes it plainly. Same vocabulary and chat
 template as ``localspec.testing.synthetic``; random weights.
 
-Needs the ``gguf`` package (``pip install 'localspec[test]'``).
+Written with the ``gguf`` package, a base dependency (convert-head uses it too).
 """
 
 from __future__ import annotations

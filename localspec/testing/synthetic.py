@@ -6,7 +6,7 @@ target's remaining blocks write into the residual stream scaled by ``divergence`
 divergence 0 they compute the same function (the draft always agrees); the larger it is, the
 more often they disagree. The cost ratio follows the layer counts.
 
-Needs the ``gguf`` package (``pip install 'localspec[test]'``).
+Written with the ``gguf`` package, a base dependency (convert-head uses it too).
 """
 
 from __future__ import annotations
