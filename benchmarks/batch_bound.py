@@ -1,4 +1,5 @@
-"""How far batching can go on this machine: the bound in docs/bench.md ("At stop 45").
+"""How far batching can go on this machine: the bound in docs/measurements/batched-serving.md
+("At stop 45").
 
     python benchmarks/batch_bound.py [--clients 4] [--max-tokens 128] [--rounds 4]
 

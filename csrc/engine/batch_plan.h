@@ -1,4 +1,4 @@
-// Pure decisions of batched generation (docs/design.md, "Batched serving"): what a target pass
+// Pure decisions of batched generation (docs/design.md, "Batched generation"): what a target pass
 // costs by its total rows, how many rows each sequence's draft gets in a shared pass, and how
 // much of the new sequences' prompts to prefill before the next pass.
 #pragma once

@@ -1,9 +1,10 @@
 """How closely a draft's next-token distribution q follows the target's p (`localspec check`).
 
 For one drafted token sampled from q, rejection sampling accepts it with probability
-sum_x min(p(x), q(x)) = 1 - TV(p, q) (docs/design.md, "Acceptance"), so the mean of 1 - TV over
-the positions where drafting happens predicts the acceptance of the first drafted token. Greedy
-drafting is accepted when the two argmaxes agree, so their agreement predicts greedy acceptance.
+sum_x min(p(x), q(x)) = 1 - TV(p, q) (docs/design.md, "Lossless acceptance"), so the mean of
+1 - TV over the positions where drafting happens predicts the acceptance of the first drafted
+token. Greedy drafting is accepted when the two argmaxes agree, so their agreement predicts greedy
+acceptance.
 The cosine of the two logit vectors (on the vocabulary both cover) is a diagnostic only: logits
 may differ by a constant and by scale without changing the argmax.
 

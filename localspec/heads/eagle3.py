@@ -1,5 +1,6 @@
-"""The eagle3 GGUF layout that the pinned llama.cpp loads (DESIGN.md §8), written with the
-``gguf`` package. The registry's ``gguf`` predates the eagle3 constants: keys go by name.
+"""The eagle3 GGUF layout that the pinned llama.cpp loads (docs/design.md, "Hidden-state
+drafting"), written with the ``gguf`` package. The registry's ``gguf`` predates the eagle3
+constants: keys go by name.
 
 An EAGLE-3 head is one Llama decoder layer fed by the target's hidden states at three layers
 (fused by ``fc``), with its own output layer over a draft vocabulary and a ``d2t`` table of

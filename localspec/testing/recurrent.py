@@ -3,9 +3,9 @@
 A recurrent model keeps one state per sequence instead of a KV entry per position, so its
 memory cannot simply drop a suffix. llama.cpp can take back the last few positions of the
 architectures whose graphs keep a snapshot of the state per position (``n_rs_seq``: LFM2,
-Qwen3.5, Nemotron-H, ...); localspec speculates on those (docs/design.md, "Recurrent and hybrid
-targets"). Mamba keeps no snapshots, so localspec decodes it plainly. Same vocabulary and chat
-template as ``localspec.testing.synthetic``; random weights.
+Qwen3.5, Nemotron-H, ...); localspec speculates on those (docs/design.md, "The speculative
+step": recurrent and hybrid targets). Mamba keeps no snapshots, so localspec decodes it
+plainly. Same vocabulary and chat template as ``localspec.testing.synthetic``; random weights.
 
 Written with the ``gguf`` package, a base dependency (convert-head uses it too).
 """

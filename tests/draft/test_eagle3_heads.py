@@ -17,7 +17,7 @@ from localspec.runtime.engine import Engine
 from localspec.testing.heads import HeadSpec, write_eagle3_head
 
 # A separate process: llama_cpp's libllama stays out of the test process (one libllama per
-# process, DESIGN §1), and a loader abort could not take pytest down.
+# process, docs/design.md, "Architecture"), and a loader abort could not take pytest down.
 LOAD = """
 import sys, llama_cpp
 llama_cpp.llama_backend_init()
