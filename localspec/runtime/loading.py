@@ -243,13 +243,16 @@ def _check_options(options: LoadOptions) -> None:
             )
 
 
-def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:
-    """Load the target and drafter. Raises a LocalspecError for every user mistake."""
-    _check_options(options)
-    options = resolve_auto(options)
-    if options.rpc:
-        require_rpc()
-    check_draft_memory(options)
+# The core's options that LoadOptions does not have: fixed by the core (its drafters' match
+# lengths, the controller's longest draft) or knobs only measurements turn (flash_attn).
+# Every other field of _core.EngineOptions is LoadOptions', set by ``engine_options``: the C++
+# initializers of those are placeholders for C++ callers, never a second default.
+CORE_OWNED_OPTIONS = frozenset({"ngram_min", "ngram_max", "controller_k_max", "flash_attn"})
+
+
+def engine_options(options: LoadOptions) -> _core.EngineOptions:
+    """The core's options for ``options`` (validated and resolved): every field LoadOptions
+    owns is set here."""
     core_options = _core.EngineOptions()
     core_options.target_path = options.target
     core_options.drafter = str(options.draft)
@@ -271,6 +274,17 @@ def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:
     # Every drafter serves `parallel` generations (a draft model keeps a cache per generation,
     # a head or MTP layers a context per generation); in exact mode they take turns.
     core_options.n_seq = options.parallel
+    return core_options
+
+
+def open_core(options: LoadOptions) -> tuple[_core.Core, EngineInfo]:
+    """Load the target and drafter. Raises a LocalspecError for every user mistake."""
+    _check_options(options)
+    options = resolve_auto(options)
+    if options.rpc:
+        require_rpc()
+    check_draft_memory(options)
+    core_options = engine_options(options)
     core = _core.Core(core_options)
     try:
         if options.exact and options.rpc:

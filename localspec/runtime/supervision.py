@@ -24,6 +24,7 @@ from localspec.runtime.rpc import await_unless_stuck, sentence
 from localspec.types import EngineInfo
 
 if TYPE_CHECKING:
+    from localspec._core import Core
     from localspec.runtime.handle import RequestHandle
 
 
@@ -32,7 +33,7 @@ class WorkerSupervision:
 
     options: LoadOptions
     info: EngineInfo
-    _core: _core.Core
+    _core: Core
     _lock: threading.Lock
     _text_lock: threading.Lock
     _stopped: threading.Event
@@ -42,18 +43,18 @@ class WorkerSupervision:
     _broken: LocalspecError | None
     _reloading: bool
     _watching: bool
-    _retired: list[_core.Core]
+    _retired: list[Core]
 
     def _request_done(self) -> None:
         raise NotImplementedError
 
-    def _await_load(self, loaded: Job) -> tuple[_core.Core, EngineInfo]:
+    def _await_load(self, loaded: Job) -> tuple[Core, EngineInfo]:
         """The first load's result; a worker lost in the middle of it leaves the engine thread
         waiting forever: that is a RemoteWorkerError here."""
-        result: tuple[_core.Core, EngineInfo] = await_unless_stuck(loaded.future, self.options.rpc)
+        result: tuple[Core, EngineInfo] = await_unless_stuck(loaded.future, self.options.rpc)
         return result
 
-    def _reload(self) -> tuple[_core.Core, EngineInfo]:
+    def _reload(self) -> tuple[Core, EngineInfo]:
         """On a new engine thread after a lost worker: probe the workers (RemoteWorkerError while
         one does not answer), then load the model again (the lost one is never freed)."""
         _core.rpc_reconnect(list(self.options.rpc))
