@@ -80,12 +80,15 @@ def _is_number(value: object) -> bool:
 
 
 DRAFT_MAX_LIMIT = 64  # the longest fixed draft a request may ask for
+INT32_MAX = 2**31 - 1  # the core's int fields (max_tokens, top_k, penalty_last_n) hold no more
 # GenerationParams' rules, the only place they are written: field -> (check, rule when it fails).
 _GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "max_tokens": (lambda v: _is_int(v) and v >= 1, "it must be an integer >= 1"),
+    "max_tokens": (lambda v: _is_int(v) and 1 <= v <= INT32_MAX,
+                   f"it must be an integer between 1 and {INT32_MAX}"),
     "temperature": (lambda v: _is_number(v) and 0.0 <= v <= 100.0,
                     "it must be between 0 and 100"),
-    "top_k": (lambda v: _is_int(v) and v >= 0, "it must be an integer >= 0 (0 disables it)"),
+    "top_k": (lambda v: _is_int(v) and 0 <= v <= INT32_MAX,
+              f"it must be an integer between 0 and {INT32_MAX} (0 disables it)"),
     "top_p": (lambda v: _is_number(v) and 0.0 < v <= 1.0, "it must be in (0, 1]"),
     "min_p": (lambda v: _is_number(v) and 0.0 <= v <= 1.0, "it must be in [0, 1]"),
     "seed": (lambda v: v is None or (_is_int(v) and 0 <= v < 2**64),
@@ -101,8 +104,9 @@ _GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "presence_penalty": (lambda v: _is_number(v) and -2.0 <= v <= 2.0,
                          "it must be between -2 and 2 (0 disables it)"),
     "exact": (lambda v: isinstance(v, bool), "it must be true or false"),
-    "penalty_last_n": (lambda v: _is_int(v) and v >= -1,
-                       "it must be an integer >= -1 (-1: the whole context, 0: off)"),
+    "penalty_last_n": (lambda v: _is_int(v) and -1 <= v <= INT32_MAX,
+                       f"it must be an integer between -1 and {INT32_MAX} (-1: the whole "
+                       "context, 0: off)"),
     "grammar": (lambda v: v is None or (isinstance(v, str) and v.strip() != ""),
                 "it must be a non-empty GBNF grammar or None"),
     "top_logprobs": (lambda v: _is_int(v) and 0 <= v <= 20, "it must be an integer in [0, 20]"),

@@ -43,6 +43,10 @@ class ServerOptions:
     stream_keepalive: float = 15.0
 
     def validate(self) -> None:
+        if self.api_key is not None and not self.api_key.strip():
+            raise InvalidParameterError(
+                "--api-key (or $LOCALSPEC_API_KEY) is empty, which would serve without "
+                "authentication: give a key, or leave both unset to serve without one.")
         if self.max_queue < 1:
             raise _bad("--max-queue", self.max_queue, "must be at least 1")
         if self.max_request_bytes < 1024:

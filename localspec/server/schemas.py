@@ -111,6 +111,16 @@ class SamplingRequest(Strict):
     grammar: str | None = None  # GBNF, as llama.cpp's server accepts
     localspec: LocalspecOptions | None = None
 
+    @field_validator("max_tokens", "temperature", "top_p", "seed", "n", "presence_penalty",
+                     "frequency_penalty", "top_k", "min_p", "draft_max", "repeat_penalty",
+                     "repeat_last_n", mode="before")
+    @classmethod
+    def _numbers_are_not_booleans(cls, value: Any) -> Any:
+        # pydantic's lax mode reads true as 1: a client's mistake, not a number.
+        if isinstance(value, bool):
+            raise ValueError("a number is needed here, not true or false")
+        return value
+
     def check_supported(self) -> None:
         """Raise InvalidParameterError for OpenAI features localspec does not implement."""
         if self.n not in (None, 1):
