@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <stdexcept>
 
 #include "kernels/head_common.h"
 #include "kernels/int8_rows.h"
 #include "kernels/int8_tiles.h"
+#include "kernels/run_kernel.h"
 
 
 namespace localspec {
@@ -69,7 +69,7 @@ struct Job {
     int64_t n_vocab;  // outputs per row (run_groups' name for it)
     float* out;
 };
-using Run = void (*)(const Job&, int64_t, int64_t);
+using Run = KernelRun<Job>;
 
 #ifdef LOCALSPEC_X86
 
@@ -203,12 +203,9 @@ bool q4k_matmul_supported() { return kernels().pick("") != nullptr; }
 
 void q4k_matmul(const uint8_t* packed, int64_t n_out, int n_in, const float* x, int n_rows, float* out,
                 const GroupRanges& next) {
-    static const Run run = kernels().pick("");
-    if (!run) throw std::logic_error("q4k_matmul needs x86-64 with AVX2");
-    thread_local QuantizedRows q;  // one per ggml worker thread: no allocation per call
-    quantize_rows_into(q, x, n_rows, n_in);
-    const Job job{packed, n_in / 256, &q, n_out, out};
-    for (int64_t g0 = 0, g1 = 0; next(g0, g1);) run(job, g0, g1);
+    const Job job{packed, n_in / 256, nullptr, n_out, out};
+    RunKernel<Job, QuantizedRows, quantize_rows_into, kernels>::matmul(job, "q4k_matmul needs x86-64 with AVX2", x,
+                                                                       n_rows, n_in, next);
 }
 
 }  // namespace localspec

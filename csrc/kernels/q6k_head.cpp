@@ -7,6 +7,7 @@
 
 #include "ggml-cpu.h"
 #include "kernels/int8_tiles.h"
+#include "kernels/run_kernel.h"
 
 
 
@@ -122,13 +123,13 @@ constexpr size_t kSuperBytes = 16 * kSubBytes + 128 + 16;  // + int8 scales + fp
 
 namespace {
 struct Job;
-using Run = void (*)(const Job&, int64_t, int64_t);  // a kernel: vocabulary groups g0 .. g1
+using Run = KernelRun<Job>;  // a kernel: vocabulary groups g0 .. g1
 HeadKernels<Run> kernels();
+using Kernel = RunKernel<Job, Q8KRows, quantize_q8k_into, kernels>;
 }  // namespace
 
 struct Q6KHead::Packed {
     Run run = nullptr;  // the fastest kernel this CPU runs, chosen when the head is made
-    int64_t n_groups = 0;
     int n_super = 0;
     // q6k_pack's layout: [group][super][j] 96 bytes of values, then [group][super][j][lane]
     // scales, then [group][super][lane] fp16 d.
@@ -188,7 +189,6 @@ Q6KHead::Q6KHead(const Q6KBlock* rows, int64_t n_vocab, int n_embd)
     if (n_embd <= 0 || n_embd % 256 != 0) throw std::invalid_argument("Q6_K rows hold whole super-blocks");
     Packed& p = *packed_;
     p.run = kernels().pick("");
-    p.n_groups = (n_vocab + 7) / 8;
     p.n_super = n_embd / 256;
     p.packed = std::make_unique<HugePageBuffer>(q6k_packed_bytes(n_vocab, n_embd));
     q6k_pack(rows, n_vocab, n_embd, p.packed->data());
@@ -346,28 +346,20 @@ HeadKernels<Run> kernels() { return {}; }
 std::vector<std::string> Q6KHead::kernel_names() { return head_kernel_names(); }
 
 void Q6KHead::compute(const float* hidden, int n_rows, float* logits, int n_threads, const std::string& kernel) const {
-    const Run run = kernel.empty() ? packed_->run : kernels().pick(kernel);
-    if (!run) throw std::invalid_argument("this CPU cannot run the Q6_K head kernel '" + kernel + "'");
-    const Q8KRows q = quantize_q8k(hidden, n_rows, n_embd_);
     const Packed& p = *packed_;
-    const Job job{p.view.weights, p.view.scales, p.view.d, p.n_super, &q, n_vocab_, logits};
-    split_over_threads(p.n_groups, n_threads, [&](int64_t g0, int64_t g1) { run(job, g0, g1); });
+    const Job job{p.view.weights, p.view.scales, p.view.d, p.n_super, nullptr, n_vocab_, logits};
+    Kernel::compute(job, p.run, kernel, "Q6_K", hidden, n_rows, n_embd_, n_threads);
 }
 
 void Q6KHead::compute_ids(const float* hidden, const std::vector<int32_t>& ids, float* logits) const {
-    const Q8KRows q = quantize_q8k(hidden, 1, n_embd_);
     const Packed& p = *packed_;
-    const Job job{p.view.weights, p.view.scales, p.view.d, p.n_super, &q, n_vocab_, logits};
-    for_groups_of(ids, n_vocab_, [&](int64_t g) { p.run(job, g, g + 1); });
+    const Job job{p.view.weights, p.view.scales, p.view.d, p.n_super, nullptr, n_vocab_, logits};
+    Kernel::compute_ids(job, p.run, hidden, n_embd_, ids);
 }
 
 void q6k_matmul(const Q6KPackedMatrix& m, const float* x, int n_rows, float* out, const GroupRanges& next) {
-    static const Run run = kernels().pick("");
-    if (!run) throw std::logic_error("q6k_matmul needs x86-64 with AVX2");
-    thread_local Q8KRows q;  // one per ggml worker thread: no allocation per call
-    quantize_q8k_into(q, x, n_rows, m.n_in);
-    const Job job{m.weights, m.scales, m.d, m.n_in / 256, &q, m.n_out, out};
-    for (int64_t g0 = 0, g1 = 0; next(g0, g1);) run(job, g0, g1);
+    const Job job{m.weights, m.scales, m.d, m.n_in / 256, nullptr, m.n_out, out};
+    Kernel::matmul(job, "q6k_matmul needs x86-64 with AVX2", x, n_rows, m.n_in, next);
 }
 
 }  // namespace localspec

@@ -10,6 +10,7 @@
 #include "ggml-cpu.h"
 #include "kernels/int8_rows.h"
 #include "kernels/int8_tiles.h"
+#include "kernels/run_kernel.h"
 
 
 namespace localspec {
@@ -56,13 +57,13 @@ void q8_head_reference(const Q8Block* rows, int64_t n_vocab, int n_embd, const f
 
 namespace {
 struct Job;
-using Run = void (*)(const Job&, int64_t, int64_t);  // a kernel: vocabulary groups g0 .. g1
+using Run = KernelRun<Job>;  // a kernel: vocabulary groups g0 .. g1
 HeadKernels<Run> kernels();
+using Kernel = RunKernel<Job, QuantizedRows, quantize_rows_into, kernels>;
 }  // namespace
 
 struct Q8Head::Packed {
     Run run = nullptr;  // the fastest kernel this CPU runs, chosen when the head is made
-    int64_t n_groups = 0;
     int n_blocks = 0;
     bool small = false;  // q8_pack's answer
     std::unique_ptr<HugePageBuffer> weights;  // [group][block][k][lane][4]
@@ -107,7 +108,6 @@ Q8Head::Q8Head(const Q8Block* rows, int64_t n_vocab, int n_embd)
     if (n_embd <= 0 || n_embd % 32 != 0) throw std::invalid_argument("Q8_0 rows hold whole blocks");
     Packed& p = *packed_;
     p.run = kernels().pick("");
-    p.n_groups = (n_vocab + 7) / 8;
     p.n_blocks = n_embd / 32;
     p.weights = std::make_unique<HugePageBuffer>(q8_packed_weight_bytes(n_vocab, n_embd));
     p.scales.assign(q8_packed_scale_bytes(n_vocab, n_embd) / sizeof(uint16_t), 0);
@@ -310,25 +310,20 @@ bool Q8Head::cpu_supported() { return kernels().pick("") != nullptr; }
 std::vector<std::string> Q8Head::kernel_names() { return head_kernel_names(); }
 
 void Q8Head::compute(const float* hidden, int n_rows, float* logits, int n_threads, const std::string& kernel) const {
-    const Run run = kernel.empty() ? packed_->run : kernels().pick(kernel);
-    if (!run) throw std::invalid_argument("this CPU cannot run the Q8_0 head kernel '" + kernel + "'");
-    const QuantizedRows q = quantize_rows(hidden, n_rows, n_embd_);
-    const Job job{packed_->weights->data(), packed_->scales.data(), packed_->n_blocks, packed_->small, &q, n_vocab_, logits};
-    split_over_threads(packed_->n_groups, n_threads, [&](int64_t g0, int64_t g1) { run(job, g0, g1); });
+    const Packed& p = *packed_;
+    const Job job{p.weights->data(), p.scales.data(), p.n_blocks, p.small, nullptr, n_vocab_, logits};
+    Kernel::compute(job, p.run, kernel, "Q8_0", hidden, n_rows, n_embd_, n_threads);
 }
 
 void q8_matmul(const Q8PackedMatrix& m, const float* x, int n_rows, float* out, const GroupRanges& next) {
-    static const Run run = kernels().pick("");
-    thread_local QuantizedRows q;  // one per ggml worker thread: no allocation per call
-    quantize_rows_into(q, x, n_rows, m.n_in);
-    const Job job{m.weights, m.scales, m.n_in / 32, m.small, &q, m.n_out, out};
-    for (int64_t g0 = 0, g1 = 0; next(g0, g1);) run(job, g0, g1);
+    const Job job{m.weights, m.scales, m.n_in / 32, m.small, nullptr, m.n_out, out};
+    Kernel::matmul(job, "q8_matmul needs x86-64 with AVX2", x, n_rows, m.n_in, next);
 }
 
 void Q8Head::compute_ids(const float* hidden, const std::vector<int32_t>& ids, float* logits) const {
-    const QuantizedRows q = quantize_rows(hidden, 1, n_embd_);
-    const Job job{packed_->weights->data(), packed_->scales.data(), packed_->n_blocks, packed_->small, &q, n_vocab_, logits};
-    for_groups_of(ids, n_vocab_, [&](int64_t g) { packed_->run(job, g, g + 1); });
+    const Packed& p = *packed_;
+    const Job job{p.weights->data(), p.scales.data(), p.n_blocks, p.small, nullptr, n_vocab_, logits};
+    Kernel::compute_ids(job, p.run, hidden, n_embd_, ids);
 }
 
 }  // namespace localspec
