@@ -14,13 +14,9 @@
 
 namespace localspec {
 
-// A kernel: output groups g0 .. g1 (8 rows each) of a Job.
-template <typename Job>
-using KernelRun = void (*)(const Job&, int64_t g0, int64_t g1);
-
 // Job: a kernel's arguments; its member q (left null by the caller) points at the activations
 // QUANTIZE(rows, x, n_rows, n_cols) fills, its member n_vocab counts the outputs per row.
-// KERNELS: the format's kernels (HeadKernels).
+// KERNELS: the format's kernels (tiles.h).
 template <typename Job, typename Rows, void (*QUANTIZE)(Rows&, const float*, int, int),
           HeadKernels<KernelRun<Job>> (*KERNELS)()>
 struct RunKernel {
