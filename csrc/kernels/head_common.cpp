@@ -73,7 +73,7 @@ std::vector<std::string> find_kernel_names() {
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("f16c") || !__builtin_cpu_supports("fma")) return out;
     if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw")) {
-        out.emplace_back("avx512vnni");  // with the pair tiles' 512-bit byte shifts (int8_tiles.h)
+        out.emplace_back("avx512vnni");  // with the pair tiles' 512-bit byte shifts (x86/int8_tiles.h)
     }
     if (__builtin_cpu_supports("avxvnni")) out.emplace_back("avxvnni");
     if (__builtin_cpu_supports("avx2")) out.emplace_back("avx2");

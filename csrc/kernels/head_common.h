@@ -61,6 +61,10 @@ void split_over_threads(int64_t n_items, int n_threads, const std::function<void
 // ~30% slower). A no-op without OpenMP.
 void release_compute_threads();
 
+// A kernel: output groups g0 .. g1 (8 rows each) of a Job (tiles.h).
+template <typename Job>
+using KernelRun = void (*)(const Job&, int64_t g0, int64_t g1);
+
 // A tile: a kernel's computation of one group (8 output rows; two neighbouring groups for a
 // pair tile) for r rows of x from first_row on.
 template <typename Job>

@@ -5,9 +5,9 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "ggml-cpu.h"
-#include "kernels/int8_tiles.h"
-
+#include "kernels/int8_rows.h"
+#include "kernels/run_kernel.h"
+#include "kernels/tiles.h"
 
 
 namespace localspec {
@@ -27,61 +27,10 @@ void q6k_unpack(const Q6KBlock& block, uint8_t out[256]) {
     }
 }
 
-// ---- hidden states as Q8_K (ggml's quantize_row_q8_K) --------------------------------------
-
-namespace {
-
-struct Q8KRows {
-    int n_rows = 0, n_super = 0;
-    std::vector<int32_t> words;  // [row][super][j][4]: sub-block j's 16 int8 values, 4 per int32
-    std::vector<int32_t> offset;  // [row][super][j]: -32 * (sum of sub-block j's values)
-    std::vector<float> scale;  // [row][super]: d
-};
-
-// ggml's block_q8_K: 256 int8 values, their float scale d and (unused here) sums per 16.
-struct Q8KBlock {
-    float d;
-    int8_t qs[256];
-    int16_t bsums[16];
-};
-static_assert(sizeof(Q8KBlock) == 292, "block_q8_K is 292 bytes");
-
-// ggml's own quantize_row_q8_K (the one its Q6_K dot product uses), unpacked for the kernel.
-// Fills `q` in place: a caller that keeps it (one per thread) allocates once.
-void quantize_q8k_into(Q8KRows& q, const float* hidden, int n_rows, int n_embd) {
-    q.n_rows = n_rows;
-    q.n_super = n_embd / 256;
-    const size_t n_all = static_cast<size_t>(n_rows) * static_cast<size_t>(q.n_super);
-    thread_local std::vector<Q8KBlock> blocks;
-    blocks.resize(n_all);
-    ggml_get_type_traits_cpu(GGML_TYPE_Q8_K)->from_float(hidden, blocks.data(),
-                                                         static_cast<int64_t>(n_all) * 256);
-    q.words.resize(n_all * 64);
-    q.offset.resize(n_all * 16);
-    q.scale.resize(n_all);
-    for (size_t rs = 0; rs < n_all; ++rs) {
-        const Q8KBlock& block = blocks[rs];
-        std::memcpy(&q.words[rs * 64], block.qs, 256);
-        for (int j = 0; j < 16; ++j) {  // summed here: ggml leaves bsums unset for an all-zero block
-            int sum = 0;
-            for (int i = 0; i < 16; ++i) sum += block.qs[16 * j + i];
-            q.offset[rs * 16 + static_cast<size_t>(j)] = -32 * sum;
-        }
-        q.scale[rs] = block.d;
-    }
-}
-
-Q8KRows quantize_q8k(const float* hidden, int n_rows, int n_embd) {
-    Q8KRows q;
-    quantize_q8k_into(q, hidden, n_rows, n_embd);
-    return q;
-}
-
-}  // namespace
-
 void q6k_head_reference(const Q6KBlock* rows, int64_t n_vocab, int n_embd, const float* hidden, int n_rows,
                         float* logits) {
-    const Q8KRows q = quantize_q8k(hidden, n_rows, n_embd);
+    Q8KRows q;  // hidden states as Q8_K (ggml's quantize_row_q8_K)
+    quantize_q8k_into(q, hidden, n_rows, n_embd);
     const int ns = q.n_super;
     for (int r = 0; r < n_rows; ++r) {
         for (int64_t v = 0; v < n_vocab; ++v) {
@@ -121,14 +70,13 @@ constexpr size_t kSubBytes = 96;  // one sub-block of 8 rows: 2 x 32 bytes of ni
 constexpr size_t kSuperBytes = 16 * kSubBytes + 128 + 16;  // + int8 scales + fp16 d: 8 x 210
 
 namespace {
-struct Job;
-using Run = void (*)(const Job&, int64_t, int64_t);  // a kernel: vocabulary groups g0 .. g1
-HeadKernels<Run> kernels();
+using Job = Q6KJob;
+using Run = Q6KRun;  // a kernel: vocabulary groups g0 .. g1
+using Kernel = RunKernel<Job, Q8KRows, quantize_q8k_into, q6k_kernels>;
 }  // namespace
 
 struct Q6KHead::Packed {
     Run run = nullptr;  // the fastest kernel this CPU runs, chosen when the head is made
-    int64_t n_groups = 0;
     int n_super = 0;
     // q6k_pack's layout: [group][super][j] 96 bytes of values, then [group][super][j][lane]
     // scales, then [group][super][lane] fp16 d.
@@ -187,8 +135,7 @@ Q6KHead::Q6KHead(const Q6KBlock* rows, int64_t n_vocab, int n_embd)
     : packed_(std::make_unique<Packed>()), n_vocab_(n_vocab), n_embd_(n_embd) {
     if (n_embd <= 0 || n_embd % 256 != 0) throw std::invalid_argument("Q6_K rows hold whole super-blocks");
     Packed& p = *packed_;
-    p.run = kernels().pick("");
-    p.n_groups = (n_vocab + 7) / 8;
+    p.run = q6k_kernels().pick("");
     p.n_super = n_embd / 256;
     p.packed = std::make_unique<HugePageBuffer>(q6k_packed_bytes(n_vocab, n_embd));
     q6k_pack(rows, n_vocab, n_embd, p.packed->data());
@@ -197,177 +144,25 @@ Q6KHead::Q6KHead(const Q6KBlock* rows, int64_t n_vocab, int n_embd)
 
 Q6KHead::~Q6KHead() = default;
 
-// ---- the kernel ----------------------------------------------------------------------------
-
-namespace {
-
-struct Job {
-    const uint8_t* weights;
-    const int8_t* scales;
-    const uint16_t* d;
-    int n_super;
-    const Q8KRows* q;
-    int64_t n_vocab;
-    float* logits;
-};
-
-#ifdef LOCALSPEC_X86
-
-#define LOCALSPEC_UNROLL _Pragma("GCC unroll 8")
-
-// One group of 8 vocabulary rows against ROWS hidden rows (first_row ..); the group's weights
-// stay in cache while the caller loops over tiles of hidden rows.
-#define LOCALSPEC_Q6K_TILE(NAME, TARGET, DPBUSD)                                                      \
-    template <int ROWS>                                                                              \
-    __attribute__((target(TARGET))) void NAME(const Job& job, int64_t g, int first_row) {            \
-        const int ns = job.n_super;                                                                  \
-        const __m256i* w = reinterpret_cast<const __m256i*>(job.weights) + g * ns * 48;              \
-        const int8_t* sc = job.scales + g * ns * 128;                                                \
-        const uint16_t* dw = job.d + g * ns * 8;                                                     \
-        const __m256i low4 = _mm256_set1_epi8(0x0F), high2 = _mm256_set1_epi8(0x30);                 \
-        __m256 acc[ROWS];                                                                            \
-        LOCALSPEC_UNROLL for (int r = 0; r < ROWS; ++r) acc[r] = _mm256_setzero_ps();                \
-        for (int s = 0; s < ns; ++s) {                                                               \
-            for (int line = 0; line < 1536; line += 64) {                                            \
-                _mm_prefetch(reinterpret_cast<const char*>(w + (s + 2) * 48) + line, _MM_HINT_T0);   \
-            }                                                                                        \
-            __m256i isum[ROWS];                                                                      \
-            LOCALSPEC_UNROLL for (int r = 0; r < ROWS; ++r) isum[r] = _mm256_setzero_si256();        \
-            for (int j = 0; j < 16; ++j) {                                                           \
-                /* 16-bit shifts move bits across bytes; the masks keep each byte's own. */          \
-                const __m256i* wj = w + (s * 16 + j) * 3;                                            \
-                const __m256i lo01 = _mm256_loadu_si256(wj), lo23 = _mm256_loadu_si256(wj + 1);      \
-                const __m256i hi = _mm256_loadu_si256(wj + 2);                                       \
-                const __m256i wk0 = _mm256_or_si256(_mm256_and_si256(lo01, low4),                    \
-                                                    _mm256_and_si256(_mm256_slli_epi16(hi, 4), high2));  \
-                const __m256i wk1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo01, 4), low4),  \
-                                                    _mm256_and_si256(_mm256_slli_epi16(hi, 2), high2));  \
-                const __m256i wk2 = _mm256_or_si256(_mm256_and_si256(lo23, low4),                    \
-                                                    _mm256_and_si256(hi, high2));                    \
-                const __m256i wk3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo23, 4), low4),  \
-                                                    _mm256_and_si256(_mm256_srli_epi16(hi, 2), high2));  \
-                const __m256i scale = _mm256_cvtepi8_epi32(                                          \
-                    _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + (s * 16 + j) * 8)));       \
-                LOCALSPEC_UNROLL for (int r = 0; r < ROWS; ++r) {                                    \
-                    const size_t rsj = (static_cast<size_t>(first_row + r) * ns + s) * 16 + j;       \
-                    const int32_t* x = job.q->words.data() + rsj * 4;                                \
-                    __m256i part = _mm256_set1_epi32(job.q->offset[rsj]);                            \
-                    part = DPBUSD(part, wk0, _mm256_set1_epi32(x[0]));                               \
-                    part = DPBUSD(part, wk1, _mm256_set1_epi32(x[1]));                               \
-                    part = DPBUSD(part, wk2, _mm256_set1_epi32(x[2]));                               \
-                    part = DPBUSD(part, wk3, _mm256_set1_epi32(x[3]));                               \
-                    isum[r] = _mm256_add_epi32(isum[r], _mm256_mullo_epi32(part, scale));            \
-                }                                                                                    \
-            }                                                                                        \
-            const __m256 scale_w = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dw + s * 8)));  \
-            LOCALSPEC_UNROLL for (int r = 0; r < ROWS; ++r) {                                        \
-                const float dx = job.q->scale[static_cast<size_t>(first_row + r) * ns + s];          \
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]),                                \
-                                         _mm256_mul_ps(scale_w, _mm256_set1_ps(dx)), acc[r]);        \
-            }                                                                                        \
-        }                                                                                            \
-        for (int r = 0; r < ROWS; ++r) {                                                             \
-            store_group(job.logits + static_cast<size_t>(first_row + r) * job.n_vocab + g * 8, acc[r],  \
-                        job.n_vocab - g * 8);                                                        \
-        }                                                                                            \
-    }
-
-LOCALSPEC_Q6K_TILE(tile_avxvnni, "avx2,fma,f16c,avxvnni", _mm256_dpbusd_avx_epi32)
-LOCALSPEC_Q6K_TILE(tile_avx2, "avx2,fma,f16c", dot_unsigned_avx2)
-LOCALSPEC_Q6K_TILE(tile_avx512vnni, "avx2,fma,f16c,avx512vl,avx512vnni", _mm256_dpbusd_epi32)
-#undef LOCALSPEC_Q6K_TILE
-
-// Two neighbouring groups (16 vocabulary rows) in 512-bit registers, for tiles whose weights are
-// in cache (run_tiles): one broadcast of x and one scale multiply per sub-block serve both
-// groups. Each lane computes what tile_avx512vnni computes for its row, in the same order: the
-// same bits.
-template <int ROWS>
-__attribute__((target(LOCALSPEC_AVX512_PAIR))) void pair_avx512vnni(const Job& job, int64_t g, int first_row) {
-    const int ns = job.n_super;
-    const __m256i* w0 = reinterpret_cast<const __m256i*>(job.weights) + g * ns * 48;
-    const __m256i* w1 = w0 + static_cast<size_t>(ns) * 48;
-    const int8_t* sc0 = job.scales + g * ns * 128;
-    const int8_t* sc1 = sc0 + static_cast<size_t>(ns) * 128;
-    const uint16_t* d0 = job.d + g * ns * 8;
-    const uint16_t* d1 = d0 + static_cast<size_t>(ns) * 8;
-    const __m512i low4 = _mm512_set1_epi8(0x0F), high2 = _mm512_set1_epi8(0x30);
-    __m512 acc[ROWS];
-    LOCALSPEC_UNROLL for (int r = 0; r < ROWS; ++r) acc[r] = _mm512_setzero_ps();
-    for (int s = 0; s < ns; ++s) {
-        __m512i isum[ROWS];
-        LOCALSPEC_UNROLL for (int r = 0; r < ROWS; ++r) isum[r] = _mm512_setzero_si512();
-        for (int j = 0; j < 16; ++j) {
-            const size_t at = static_cast<size_t>(s * 16 + j);
-            const __m512i lo01 = pair_load(w0 + at * 3, w1 + at * 3), lo23 = pair_load(w0 + at * 3 + 1, w1 + at * 3 + 1);
-            const __m512i hi = pair_load(w0 + at * 3 + 2, w1 + at * 3 + 2);
-            const __m512i wk0 = _mm512_or_si512(_mm512_and_si512(lo01, low4),
-                                                _mm512_and_si512(_mm512_slli_epi16(hi, 4), high2));
-            const __m512i wk1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lo01, 4), low4),
-                                                _mm512_and_si512(_mm512_slli_epi16(hi, 2), high2));
-            const __m512i wk2 = _mm512_or_si512(_mm512_and_si512(lo23, low4), _mm512_and_si512(hi, high2));
-            const __m512i wk3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lo23, 4), low4),
-                                                _mm512_and_si512(_mm512_srli_epi16(hi, 2), high2));
-            const __m512i scale = _mm512_cvtepi8_epi32(pair_bytes(sc0 + at * 8, sc1 + at * 8));
-            LOCALSPEC_UNROLL for (int r = 0; r < ROWS; ++r) {
-                const size_t rsj = (static_cast<size_t>(first_row + r) * ns + s) * 16 + j;
-                const int32_t* x = job.q->words.data() + rsj * 4;
-                __m512i part = _mm512_set1_epi32(job.q->offset[rsj]);
-                part = _mm512_dpbusd_epi32(part, wk0, _mm512_set1_epi32(x[0]));
-                part = _mm512_dpbusd_epi32(part, wk1, _mm512_set1_epi32(x[1]));
-                part = _mm512_dpbusd_epi32(part, wk2, _mm512_set1_epi32(x[2]));
-                part = _mm512_dpbusd_epi32(part, wk3, _mm512_set1_epi32(x[3]));
-                isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(part, scale));
-            }
-        }
-        const __m512 scale_w = pair_fp16(d0 + s * 8, d1 + s * 8);
-        LOCALSPEC_UNROLL for (int r = 0; r < ROWS; ++r) {
-            const float dx = job.q->scale[static_cast<size_t>(first_row + r) * ns + s];
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_mul_ps(scale_w, _mm512_set1_ps(dx)), acc[r]);
-        }
-    }
-    for (int r = 0; r < ROWS; ++r) {
-        store_pair(job.logits + static_cast<size_t>(first_row + r) * job.n_vocab + g * 8, acc[r], job.n_vocab - g * 8);
-    }
-}
-#undef LOCALSPEC_UNROLL
-
-HeadKernels<Run> kernels() {
-    return LOCALSPEC_TILE_KERNELS(Job);
-}
-
-#else
-
-HeadKernels<Run> kernels() { return {}; }
-
-#endif
-
-}  // namespace
+// ---- the kernel (tiles.h; on x86 its tiles are x86/q6k_tiles.cpp) --------------------------
 
 std::vector<std::string> Q6KHead::kernel_names() { return head_kernel_names(); }
 
 void Q6KHead::compute(const float* hidden, int n_rows, float* logits, int n_threads, const std::string& kernel) const {
-    const Run run = kernel.empty() ? packed_->run : kernels().pick(kernel);
-    if (!run) throw std::invalid_argument("this CPU cannot run the Q6_K head kernel '" + kernel + "'");
-    const Q8KRows q = quantize_q8k(hidden, n_rows, n_embd_);
     const Packed& p = *packed_;
-    const Job job{p.view.weights, p.view.scales, p.view.d, p.n_super, &q, n_vocab_, logits};
-    split_over_threads(p.n_groups, n_threads, [&](int64_t g0, int64_t g1) { run(job, g0, g1); });
+    const Job job{p.view.weights, p.view.scales, p.view.d, p.n_super, nullptr, n_vocab_, logits};
+    Kernel::compute(job, p.run, kernel, "Q6_K", hidden, n_rows, n_embd_, n_threads);
 }
 
 void Q6KHead::compute_ids(const float* hidden, const std::vector<int32_t>& ids, float* logits) const {
-    const Q8KRows q = quantize_q8k(hidden, 1, n_embd_);
     const Packed& p = *packed_;
-    const Job job{p.view.weights, p.view.scales, p.view.d, p.n_super, &q, n_vocab_, logits};
-    for_groups_of(ids, n_vocab_, [&](int64_t g) { p.run(job, g, g + 1); });
+    const Job job{p.view.weights, p.view.scales, p.view.d, p.n_super, nullptr, n_vocab_, logits};
+    Kernel::compute_ids(job, p.run, hidden, n_embd_, ids);
 }
 
 void q6k_matmul(const Q6KPackedMatrix& m, const float* x, int n_rows, float* out, const GroupRanges& next) {
-    static const Run run = kernels().pick("");
-    if (!run) throw std::logic_error("q6k_matmul needs x86-64 with AVX2");
-    thread_local Q8KRows q;  // one per ggml worker thread: no allocation per call
-    quantize_q8k_into(q, x, n_rows, m.n_in);
-    const Job job{m.weights, m.scales, m.d, m.n_in / 256, &q, m.n_out, out};
-    for (int64_t g0 = 0, g1 = 0; next(g0, g1);) run(job, g0, g1);
+    const Job job{m.weights, m.scales, m.d, m.n_in / 256, nullptr, m.n_out, out};
+    Kernel::matmul(job, "q6k_matmul needs x86-64 with AVX2", x, n_rows, m.n_in, next);
 }
 
 }  // namespace localspec

@@ -69,7 +69,7 @@ struct Q8PackedMatrix {
     int64_t n_out;
     int n_in;
     // Every value within [-16, 15] (Q5_0 and Q4_0 widened): AVX2's kernel then needs no sign
-    // trick (q8_head.cpp, tile_avx2_small).
+    // trick (x86/q8_tiles.cpp, tile_avx2_small).
     bool small;
 };
 uint64_t q8_packed_weight_bytes(int64_t n_out, int n_in);

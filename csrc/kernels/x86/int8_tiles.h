@@ -1,15 +1,19 @@
-// What localspec's x86 int8 kernels share (q8_head.cpp, q6k_head.cpp, q4k_matmul.cpp): storing a
+// What localspec's x86 int8 kernels share (q8_tiles.cpp, q6k_tiles.cpp, q4k_tiles.cpp): storing a
 // tile's outputs, AVX2's stand-in for VNNI's unsigned-by-signed multiply-add, and the registry
-// of a kernel's tile sizes per instruction set.
+// of a kernel's tile sizes per instruction set. Each function names the instruction sets it
+// needs (__attribute__((target(...)))), so the files build with the project's flags and
+// HeadKernels::pick hands out only what this CPU runs (head_kernel_names()).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include "kernels/head_common.h"
+#include "kernels/tiles.h"  // LOCALSPEC_X86
+
+#ifdef LOCALSPEC_X86
 #include <immintrin.h>
-#define LOCALSPEC_X86 1
 
 namespace localspec {
 
