@@ -141,6 +141,8 @@ def _generate(args: argparse.Namespace, engine: Engine, choice: ModelChoice, tex
               params: GenerationParams, *, used_saved: bool) -> int:
     for note in limit_notes(args, choice.n_ctx, engine.info):
         _note(note)
+    if params.grammar is not None:  # --grammar or --json-schema's, checked before it runs
+        engine.check_grammar(params.grammar)
     prompt: str | list[int] = text
     if args.chat:
         kind = choice.kind.with_template_hint(engine.info.chat_template is not None)

@@ -90,6 +90,21 @@ def _add_limit_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-connections", type=int, default=LIMITS.max_connections,
         help=f"open connections at once (default: {LIMITS.max_connections})",
     )
+    grammar = LIMITS.grammar_limits
+    limits.add_argument(
+        "--max-grammar-bytes", type=int, default=grammar.max_bytes,
+        help=f"largest grammar a request may send (default: {grammar.max_bytes})")
+    limits.add_argument(
+        "--max-grammar-depth", type=int, default=grammar.max_depth,
+        help=f"nested groups in a grammar (default: {grammar.max_depth})")
+    limits.add_argument(
+        "--max-grammar-rules", type=int, default=grammar.max_rules,
+        help=f"rules of a grammar after llama.cpp expands its repetitions (default: "
+        f"{grammar.max_rules})")
+    limits.add_argument(
+        "--max-grammar-alternatives", type=int, default=grammar.max_alternatives,
+        help=f"alternatives in a grammar, or a JSON Schema's enum/anyOf choices (default: "
+        f"{grammar.max_alternatives})")
     limits.add_argument(
         "--shutdown-timeout", type=float, default=LIMITS.shutdown_timeout, metavar="SECONDS",
         help="on SIGTERM/SIGINT, how long running generations may finish (default: "
@@ -144,6 +159,10 @@ def _options(args: argparse.Namespace) -> ServerOptions:
         request_timeout=args.request_timeout,
         max_connections=args.max_connections,
         shutdown_timeout=args.shutdown_timeout,
+        grammar_limits=replace(LIMITS.grammar_limits, max_bytes=args.max_grammar_bytes,
+                               max_depth=args.max_grammar_depth,
+                               max_rules=args.max_grammar_rules,
+                               max_alternatives=args.max_grammar_alternatives),
     )
     options.validate()
     return options

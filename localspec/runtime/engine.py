@@ -38,6 +38,14 @@ from localspec.runtime.handle import HandleListener, RequestHandle
 from localspec.runtime.loading import LoadOptions, open_core
 from localspec.runtime.rpc import stuck_worker_error
 from localspec.runtime.supervision import WorkerSupervision
+from localspec.text.grammar_check import (
+    DEFAULT_LIMITS,
+    GrammarError,
+    GrammarLimits,
+    check_grammar,
+    remember_checked,
+    was_checked,
+)
 from localspec.types import Chunk, EngineInfo, GenerationParams, GenerationResult
 
 _T = TypeVar("_T")
@@ -117,6 +125,8 @@ class Engine(WorkerSupervision):
         if isinstance(params.stop, list):
             params = replace(params, stop=tuple(params.stop))
         params.validate()
+        if params.grammar is not None and not was_checked(params.grammar, self.info.n_vocab):
+            self.check_grammar(params.grammar)  # the server's preparation checked its own
         if params.exact and not self.info.exact:
             raise InvalidParameterError(
                 "exact=true asks for output bit-identical to plain decoding, but this engine was "
@@ -241,10 +251,19 @@ class Engine(WorkerSupervision):
         with self._text_lock:
             return self._core.token_text(token)
 
-    def check_grammar(self, gbnf: str) -> None:
-        """Raise InvalidParameterError when a GBNF grammar does not parse."""
+    def check_grammar(self, gbnf: str, limits: GrammarLimits = DEFAULT_LIMITS,
+                      param: str = "grammar") -> None:
+        """Raise GrammarError (an InvalidParameterError naming ``param``) when a GBNF grammar
+        does not parse or passes ``limits``: localspec's check first (localspec.text.
+        grammar_check), so that llama.cpp's parser only meets grammars it accepts, then
+        llama.cpp's own (which also resolves ``<text>`` token references)."""
+        check_grammar(gbnf, self.info.n_vocab, limits, param)
         with self._text_lock:
-            self._core.check_grammar(gbnf)
+            try:
+                self._core.check_grammar(gbnf)
+            except InvalidParameterError as error:
+                raise GrammarError(str(error), param) from None
+        remember_checked(gbnf, self.info.n_vocab)
 
     # ---- lifecycle -----------------------------------------------------------------------
 

@@ -48,7 +48,8 @@ def create_app(
     options = options or ServerOptions()
     options.validate()
     name = model_name or engine.info.target_name
-    preparer = Preparer(engine, chat_template, defaults or GenerationParams(), options.max_tokens)
+    preparer = Preparer(engine, chat_template, defaults or GenerationParams(), options.max_tokens,
+                        options.grammar_limits)
     service = Service(engine, name, preparer, options)
     app = FastAPI(title="localspec", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.localspec = service

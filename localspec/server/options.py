@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from localspec.errors import InvalidParameterError
+from localspec.text.grammar_check import GrammarLimits
 
 MIB = 1024 * 1024
 
@@ -41,6 +42,8 @@ class ServerOptions:
     shutdown_timeout: float = 10.0
     # Seconds between SSE comments sent to keep a quiet stream alive.
     stream_keepalive: float = 15.0
+    # What one request's grammar (or JSON Schema, once converted) may cost.
+    grammar_limits: GrammarLimits = GrammarLimits()
 
     def validate(self) -> None:
         if self.api_key is not None and not self.api_key.strip():
@@ -66,6 +69,7 @@ class ServerOptions:
             raise InvalidParameterError(
                 "--allowed-host takes a host name such as 'mybox.lan' (no '*', scheme or path)."
             )
+        self.grammar_limits.validate()
         self._check_seconds()
 
     def _check_seconds(self) -> None:

@@ -14,6 +14,7 @@ from localspec.runtime.engine import Engine
 from localspec.server.schemas import ChatCompletionRequest, CompletionRequest, SamplingRequest
 from localspec.text.chat_template import chat_format, render_chat
 from localspec.text.grammar import JSON_OBJECT_GBNF, json_schema_to_gbnf
+from localspec.text.grammar_check import DEFAULT_LIMITS, GrammarLimits
 from localspec.types import GenerationParams
 
 # Request fields copied onto GenerationParams when the client sets them.
@@ -40,12 +41,14 @@ class Preparer:
         chat_template: str | None,
         defaults: GenerationParams,
         max_tokens: int,
+        grammar_limits: GrammarLimits = DEFAULT_LIMITS,
     ) -> None:
         self._engine = engine
         self._format = chat_format(engine.info.chat_template, chat_template, defaults.stop)
         self._defaults = replace(defaults, stop=())
         self._bos_prefix = _special_prefix(engine)
         self._max_tokens = max_tokens
+        self._grammar_limits = grammar_limits
         self._max_prompt_bytes = engine.info.n_ctx * _max_token_bytes(engine)
 
     def tokenize(self, text: str, *, chat: bool) -> list[int]:
@@ -110,11 +113,10 @@ class Preparer:
 
 
     def _check_grammar(self, request: SamplingRequest, grammar: str) -> None:
-        try:
-            self._engine.check_grammar(grammar)
-        except InvalidParameterError as error:
-            error.param = "grammar" if request.grammar is not None else "response_format"  # type: ignore[attr-defined]
-            raise
+        """localspec's own check and limits first (llama.cpp's parser then never meets a
+        grammar it would refuse, echo or expand without bound), then llama.cpp's."""
+        param = "grammar" if request.grammar is not None else "response_format"
+        self._engine.check_grammar(grammar, self._grammar_limits, param)
 
 
 def _overrides(request: SamplingRequest) -> dict[str, Any]:

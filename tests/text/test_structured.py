@@ -77,7 +77,7 @@ def test_drafts_the_grammar_forbids_are_not_verified(engines) -> None:
 
 
 def test_a_grammar_that_does_not_parse_is_a_clear_error(engines) -> None:
-    with pytest.raises(InvalidParameterError, match="grammar does not parse"):
+    with pytest.raises(InvalidParameterError, match="grammar is invalid: '\\)' is expected"):
         engines["none"].generate(PROMPT, GREEDY, grammar="root ::= (")
 
 
