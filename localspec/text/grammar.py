@@ -93,6 +93,7 @@ class _Converter:
         self.root = root
         self.rules: dict[str, str] = {}
         self.refs: dict[str, str] = {}
+        self.depth = 0
 
     def rule(self, hint: str, body: str) -> str:
         base = re.sub(r"[^a-zA-Z0-9-]+", "-", hint).strip("-") or "r"
@@ -107,11 +108,23 @@ class _Converter:
         if schema is True or schema == {}:
             return "value"
         if not isinstance(schema, dict):
-            raise InvalidParameterError(f"The JSON Schema at '{hint}' must be an object.")
+            raise InvalidParameterError(f"The JSON Schema at '{_short(hint)}' must be an object.")
+        self.depth += 1
+        try:
+            if self.depth > MAX_SCHEMA_DEPTH:
+                raise InvalidParameterError(
+                    f"The JSON Schema nests deeper than {MAX_SCHEMA_DEPTH} levels; flatten it.")
+            _check_keywords(schema, hint)
+            return self.convert(schema, hint)
+        finally:
+            self.depth -= 1
+
+    def convert(self, schema: dict[str, Any], hint: str) -> str:
         unknown = sorted(set(schema) - _IGNORED)
         if unknown:
             raise InvalidParameterError(
-                f"The JSON Schema keyword '{unknown[0]}' (at '{hint}') cannot be enforced by a "
+                f"The JSON Schema keyword '{_short(unknown[0])}' (at '{_short(hint)}') cannot be "
+                "enforced by a "
                 "grammar; remove it or describe the constraint in the prompt."
             )
         if "$ref" in schema:
@@ -137,14 +150,15 @@ class _Converter:
         if kind == "array":
             return self.array(schema, hint)
         if kind == "string" and ("minLength" in schema or "maxLength" in schema):
-            low, high = int(schema.get("minLength", 0)), schema.get("maxLength")
-            count = f"{{{low},{'' if high is None else int(high)}}}"
+            low, high = schema.get("minLength", 0), schema.get("maxLength")
+            count = f"{{{low},{'' if high is None else high}}}"
             return f'"\\"" char{count} "\\""'
         if kind in _PRIMITIVES:
             return _PRIMITIVES[kind]
         if kind is None:
             return "value"
-        raise InvalidParameterError(f"Unknown JSON Schema type {kind!r} at '{hint}'.")
+        raise InvalidParameterError(f"Unknown JSON Schema type {_short(repr(kind))} at "
+                                    f"'{_short(hint)}'.")
 
     def object(self, schema: dict[str, Any], hint: str) -> str:
         props: dict[str, Any] = schema.get("properties") or {}
@@ -165,20 +179,28 @@ class _Converter:
         return self.rule(hint, f'"{{" {body} "}}"')
 
     def optional_chain(self, pairs: list[str], hint: str) -> str:
-        """Any non-empty ordered subset of ``pairs``, comma-separated."""
-        tail = "".join(f' ( ", " {p} )?' for p in pairs[1:])
-        first = f"{pairs[0]}{tail}"
-        if len(pairs) == 1:
-            return first
-        rest = self.rule(f"{hint}-rest", self.optional_chain(pairs[1:], hint))
-        return f"{first} | {rest}"
+        """Any non-empty ordered subset of ``pairs``, comma-separated, in rules of a constant
+        size each (written out, the chain grew quadratically: 900 optional properties made a
+        grammar llama.cpp took ~50 s over):
+            tail_k ::= ( ", " p_k )? tail_k+1      (any ordered subset of p_k.., each after ", ")
+            start_k ::= p_k tail_k+1 | start_k+1   (a non-empty one, from its first pair)"""
+        tail = ""  # tail_n: nothing
+        tails = [""] * len(pairs)
+        for k in range(len(pairs) - 1, 0, -1):
+            tail = self.rule(f"{hint}-tail", f'( ", " {pairs[k]} )?' + (f" {tail}" if tail else ""))
+            tails[k - 1] = tail
+        start = f"{pairs[-1]}"
+        for k in range(len(pairs) - 2, -1, -1):
+            choice = f"{pairs[k]} {tails[k]} | {start}"
+            start = self.rule(f"{hint}-from", choice) if k > 0 else choice
+        return start
 
     def array(self, schema: dict[str, Any], hint: str) -> str:
         item = self.visit(schema.get("items", True), f"{hint}-item")
-        low, high = int(schema.get("minItems", 0)), schema.get("maxItems")
-        if high is not None and int(high) == 0:
+        low, high = schema.get("minItems", 0), schema.get("maxItems")
+        if high == 0:
             return '"[]"'
-        more = f"{{{max(low - 1, 0)},{'' if high is None else int(high) - 1}}}"
+        more = f"{{{max(low - 1, 0)},{'' if high is None else high - 1}}}"
         items = f'{item} ( ", " {item} ){more}'
         body = items if low > 0 else f"( {items} )?"
         return self.rule(hint, f'"[" {body} "]"')
@@ -189,8 +211,68 @@ class _Converter:
         match = re.fullmatch(r"#/(\$defs|definitions)/([^/]+)", str(ref))
         target = self.root.get(match.group(1), {}).get(match.group(2)) if match else None
         if target is None:
-            raise InvalidParameterError(f"The JSON Schema reference {ref!r} cannot be resolved.")
+            raise InvalidParameterError(
+                f"The JSON Schema reference {_short(repr(ref))} cannot be resolved.")
         name = self.rule(f"ref-{match.group(2)}", "")  # type: ignore[union-attr]
         self.refs[ref] = name
         self.rules[name] = self.visit(target, f"ref-{match.group(2)}")  # type: ignore[union-attr]
         return name
+
+
+MAX_SCHEMA_DEPTH = 64  # nested schemas (objects in arrays in ...); deeper is refused
+MAX_LENGTH = 2000  # llama.cpp repeats at most 2000 times (grammar_check.LLAMA_REPETITION_THRESHOLD)
+_TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
+
+
+def _short(text: str, limit: int = 60) -> str:
+    """Client text quoted in an error: at most ``limit`` characters."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_LENGTH
+
+
+def _check_keywords(schema: dict[str, Any], hint: str) -> None:
+    """The supported keywords' values have the types and ranges JSON Schema's meta-schema
+    gives them, and together they can be satisfied; else one sentence naming the keyword."""
+    where = f" (at '{_short(hint)}')"
+
+    def bad(keyword: str, rule: str) -> InvalidParameterError:
+        return InvalidParameterError(f"The JSON Schema keyword '{keyword}'{where} {rule}.")
+
+    kind = schema.get("type")
+    if kind is not None:
+        kinds = kind if isinstance(kind, list) else [kind]
+        if not kinds or not all(isinstance(k, str) and k in _TYPES for k in kinds):
+            raise bad("type", f"must be one of {', '.join(sorted(_TYPES))}, or a non-empty "
+                      "list of them")
+    for keyword in ("minLength", "maxLength", "minItems", "maxItems"):
+        if keyword in schema and not _is_count(schema[keyword]):
+            raise bad(keyword, f"must be an integer from 0 to {MAX_LENGTH}")
+    for low, high in (("minLength", "maxLength"), ("minItems", "maxItems")):
+        if schema.get(low, 0) > schema.get(high, MAX_LENGTH):
+            raise bad(low, f"is larger than {high}: no value can satisfy both")
+    if "properties" in schema and not (
+            isinstance(schema["properties"], dict)
+            and all(isinstance(v, (dict, bool)) for v in schema["properties"].values())):
+        raise bad("properties", "must be an object of schemas")
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        raise bad("required", "must be a list of property names")
+    missing = [r for r in required if r not in (schema.get("properties") or {})]
+    if missing and schema.get("properties"):
+        raise bad("required", f"names '{_short(missing[0])}', which is not among the "
+                  "properties (only listed properties are generated)")
+    if "items" in schema and not isinstance(schema["items"], (dict, bool)):
+        raise bad("items", "must be one schema (tuple forms are not supported)")
+    if "enum" in schema and not (isinstance(schema["enum"], list) and schema["enum"]):
+        raise bad("enum", "must be a non-empty list of values")
+    for keyword in ("anyOf", "oneOf"):
+        if keyword in schema and not (isinstance(schema[keyword], list) and schema[keyword]):
+            raise bad(keyword, "must be a non-empty list of schemas")
+    if "$ref" in schema and not isinstance(schema["$ref"], str):
+        raise bad("$ref", "must be a string")
+    for keyword in ("$defs", "definitions"):
+        if keyword in schema and not isinstance(schema[keyword], dict):
+            raise bad(keyword, "must be an object of schemas")

@@ -36,7 +36,7 @@ class GrammarLimits:
     max_bytes: int = 256 * 1024  # the grammar's text, UTF-8
     max_depth: int = 64  # nested parenthesised groups
     max_rules: int = 4096  # rules after llama.cpp expands groups and repetitions
-    max_alternatives: int = 1024  # written alternatives over all rules (each a parse stack)
+    max_alternatives: int = 1024  # '|' branches over all rules (each one more parse stack)
     max_elements: int = 200_000  # symbols in all rules after expansion
 
     def validate(self) -> None:
@@ -277,7 +277,8 @@ class _Parser:
         return self.space(pos, True)
 
     def alternates(self, pos: int, nested: bool) -> int:
-        self.count(alternatives=1)
+        # Alternatives are counted as branches: each '|' is one (a rule or group of one
+        # alternative branches nowhere).
         pos = self.sequence(pos, nested)
         while self.at(pos) == "|":
             self.count(alternatives=1, elements=1)
