@@ -37,6 +37,7 @@ from localspec.runtime.engine_loop import EngineLoop, Job, PassReport
 from localspec.runtime.handle import HandleListener, RequestHandle
 from localspec.runtime.loading import LoadOptions, open_core
 from localspec.runtime.rpc import stuck_worker_error
+from localspec.runtime.shared_lock import SharedLock
 from localspec.runtime.supervision import WorkerSupervision
 from localspec.text.grammar_check import (
     DEFAULT_LIMITS,
@@ -77,7 +78,7 @@ class Engine(WorkerSupervision):
         # The text helpers run on the callers' threads: this lock keeps the core they read from
         # being closed under them. A core whose engine thread ended after a lost RPC worker is
         # retired, not closed: its vocabulary serves them until the next core is in place.
-        self._text_lock = threading.Lock()
+        self._text_lock = SharedLock()
         self._retired: list[_core.Core] = []
         loaded = self._start_thread(Job(lambda: open_core(options)))
         thread = self._thread
@@ -240,15 +241,15 @@ class Engine(WorkerSupervision):
     def tokenize(
         self, text: str, add_special: bool = True, parse_special: bool = True
     ) -> list[int]:
-        with self._text_lock:
+        with self._text_lock.shared():
             return self._core.tokenize(text, add_special, parse_special)
 
     def detokenize(self, tokens: Sequence[int]) -> str:
-        with self._text_lock:
+        with self._text_lock.shared():
             return self._core.detokenize(list(tokens))
 
     def token_text(self, token: int) -> str:
-        with self._text_lock:
+        with self._text_lock.shared():
             return self._core.token_text(token)
 
     def check_grammar(self, gbnf: str, limits: GrammarLimits = DEFAULT_LIMITS,
@@ -258,7 +259,7 @@ class Engine(WorkerSupervision):
         grammar_check), so that llama.cpp's parser only meets grammars it accepts, then
         llama.cpp's own (which also resolves ``<text>`` token references)."""
         check_grammar(gbnf, self.info.n_vocab, limits, param)
-        with self._text_lock:
+        with self._text_lock.shared():
             try:
                 self._core.check_grammar(gbnf)
             except InvalidParameterError as error:
@@ -336,7 +337,7 @@ class Engine(WorkerSupervision):
             if lost:
                 self._retired.append(core)
         if not lost:
-            with self._text_lock:
+            with self._text_lock.alone():
                 core.close()  # the engine thread frees the contexts (not those on a lost worker)
 
     def _load_failed(self, requests: queue.Queue[Any], error: BaseException) -> None:

@@ -21,6 +21,7 @@ from localspec.errors import LocalspecError, RemoteWorkerError
 from localspec.runtime.engine_loop import Job
 from localspec.runtime.loading import LoadOptions, open_core
 from localspec.runtime.rpc import await_unless_stuck, sentence
+from localspec.runtime.shared_lock import SharedLock
 from localspec.types import EngineInfo
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ class WorkerSupervision:
     info: EngineInfo
     _core: Core
     _lock: threading.Lock
-    _text_lock: threading.Lock
+    _text_lock: SharedLock
     _stopped: threading.Event
     _thread: threading.Thread | None
     _requests: queue.Queue[RequestHandle | Job | None]
@@ -61,13 +62,13 @@ class WorkerSupervision:
         with self._lock:
             self._watching = True
         core, info = open_core(self.options)
-        with self._text_lock, self._lock:
+        with self._text_lock.alone(), self._lock:
             self._core, self.info, self._reloading = core, info, False
         self._close_retired()
         return core, info
 
     def _close_retired(self) -> None:
-        with self._text_lock:
+        with self._text_lock.alone():
             with self._lock:
                 retired, self._retired = self._retired, []
             for core in retired:
