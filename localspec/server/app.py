@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from pathlib import PurePath
 
-import anyio
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from pydantic import ValidationError
@@ -107,14 +106,14 @@ def _route_error(request: Request, status: int) -> str | None:
 async def chat_completions(request: Request) -> Response:
     service = _service(request)
     raw = await read_body(request, service.options.body_timeout)
-    call = await anyio.to_thread.run_sync(service.chat_call, raw)  # JSON, template, tokens
+    call = await service.prepare(service.chat_call, raw)  # JSON, template, tokens
     return await service.respond(request, call)
 
 
 async def completions(request: Request) -> Response:
     service = _service(request)
     raw = await read_body(request, service.options.body_timeout)
-    call = await anyio.to_thread.run_sync(service.completion_call, raw)
+    call = await service.prepare(service.completion_call, raw)
     return await service.respond(request, call)
 
 

@@ -65,10 +65,28 @@ class Preparer:
 
     def chat(self, request: ChatCompletionRequest) -> Prepared:
         request.check_supported()
+        self._check_conversation_size(request)
         tokens = self.tokenize(self.render(request), chat=True)
         if self._bos_prefix and tokens[: len(self._bos_prefix)] != self._bos_prefix:
             tokens = self._bos_prefix + tokens
         return self._prepared(request, tokens, request.token_limit(), self._format.stop)
+
+    def _check_conversation_size(self, request: ChatCompletionRequest) -> None:
+        """Before the template renders it (Python, under the GIL): a conversation with more
+        messages than the context has tokens, or more text than any fitting prompt, cannot fit
+        (one of 20,000 short turns held the server's preparation for seconds)."""
+        n_ctx = self._engine.info.n_ctx
+        if len(request.messages) > n_ctx:
+            raise PromptTooLongError(
+                f"The conversation has {len(request.messages)} messages, more than the context "
+                f"of {n_ctx} tokens can hold; send fewer or restart the server with a larger "
+                "--ctx.", param="messages")
+        size = sum(len(m.text().encode("utf-8")) for m in request.messages)
+        if size > self._max_prompt_bytes:
+            raise PromptTooLongError(
+                f"The messages hold {size} bytes of text, more than any prompt that fits the "
+                f"context of {n_ctx} tokens can be; shorten them or restart the server with a "
+                "larger --ctx.", param="messages")
 
     def render(self, request: ChatCompletionRequest) -> str:
         messages = [{"role": m.template_role, "content": m.text()} for m in request.messages]

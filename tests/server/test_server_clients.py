@@ -173,3 +173,55 @@ def test_health_stays_fast_while_huge_prompts_are_refused(long_context_engine: E
     # Generous bounds on a shared 2-core machine; a blocked loop stalls for a second or more.
     assert sorted(latencies)[len(latencies) // 2] < 0.1, sorted(latencies)
     assert max(latencies) < 0.5, sorted(latencies)[-5:]
+
+
+def health_latencies_while(server: BackgroundServer, posts: list[bytes],
+                           path: str) -> tuple[list[float], list[httpx.Response]]:
+    """/health's answer times while ``posts`` are sent at once, and their answers."""
+    headers = {"Content-Type": "application/json"}
+    with ThreadPoolExecutor(len(posts)) as pool:
+        httpx.get(f"{server.base_url}/health")  # a warm connection path
+        futures = [pool.submit(httpx.post, f"{server.base_url}{path}", content=b,
+                               headers=headers, timeout=120) for b in posts]
+        latencies = []
+        with httpx.Client(base_url=server.base_url) as client:
+            while not all(future.done() for future in futures):
+                start = time.perf_counter()
+                assert client.get("/health").status_code == 200
+                latencies.append(time.perf_counter() - start)
+                time.sleep(0.01)
+        return latencies, [f.result() for f in futures]
+
+
+def test_health_stays_fast_while_bodies_of_unknown_keys_are_parsed(engine: Engine) -> None:
+    """Eight 2.6 MB bodies of 200,000 unknown keys kept /health waiting 12 s: the first unknown
+    key is a 400 before the body is walked, and at most two bodies are prepared at once."""
+    keys = {f"k{i:06d}": 1 for i in range(200_000)}
+    body = json.dumps({"model": engine.info.target_name, "prompt": "hi", **keys}).encode()
+    assert len(body) > 2_500_000
+    with BackgroundServer(create_app(engine)) as server:
+        latencies, answers = health_latencies_while(server, [body] * 8, "/v1/completions")
+    for answer in answers:
+        assert answer.status_code == 400
+        error = answer.json()["error"]
+        assert error["code"] == "unknown_parameter" and error["param"] == "k000000"
+    assert sorted(latencies)[len(latencies) // 2] < 0.1, sorted(latencies)
+    assert max(latencies) < 0.5, sorted(latencies)[-5:]
+
+
+def test_a_conversation_longer_than_the_context_is_refused_before_rendering(
+        engine: Engine) -> None:
+    """20,000 short turns: more messages than the context has tokens, refused at once (the
+    template would render all of them first)."""
+    messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": "hi"}
+                for i in range(20_000)]
+    body = {"model": engine.info.target_name, "messages": messages}
+    with BackgroundServer(create_app(engine)) as server:
+        started = time.perf_counter()
+        answer = httpx.post(f"{server.base_url}/v1/chat/completions", json=body, timeout=60)
+        took = time.perf_counter() - started
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert error["code"] == "context_length_exceeded" and error["param"] == "messages"
+    assert "20000 messages" in error["message"]
+    assert took < 5.0  # the JSON itself; rendering 20,000 turns took far longer
