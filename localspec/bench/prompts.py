@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from localspec.errors import LocalspecError
+from localspec.files import read_input_bytes
 from localspec.text.grammar import json_schema_to_gbnf
 
 BUILTIN_CATEGORIES: tuple[str, ...] = (
@@ -131,10 +132,8 @@ def _read_source(path: str | Path | None) -> tuple[str, str]:
     file = Path(path)
     if not file.exists():
         raise LocalspecError(f"Prompt file {file} does not exist; check the path.")
-    if not file.is_file():
-        raise LocalspecError(f"Prompt file {file} is not a regular file; pass a .jsonl file.")
     try:
-        return str(file), file.read_text(encoding="utf-8")
+        return str(file), read_input_bytes(file, "prompt file").decode("utf-8")
     except UnicodeDecodeError as exc:
         raise LocalspecError(
             f"Prompt file {file} is not UTF-8 text ({exc.reason} at byte {exc.start}); "

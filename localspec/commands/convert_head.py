@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from localspec.errors import InvalidParameterError
+from localspec.files import check_output_path
 from localspec.heads.convert import OUTTYPES, convert_head
 from localspec.runtime.loading import check_model_path
 
@@ -40,10 +41,10 @@ def run(args: argparse.Namespace) -> int:
             f"'{checkpoint}' is not a directory; pass the folder holding the head's config.json "
             "and model.safetensors."
         )
-    if not out.parent.is_dir():
-        raise InvalidParameterError(f"The output directory {out.parent} does not exist.")
     target = str(registry.resolve_model(args.target))
     check_model_path(target, "target")
+    inputs: list[str | Path] = [target, *(p for p in checkpoint.iterdir() if p.is_file())]
+    check_output_path(out, "--output", inputs)
     convert_head(checkpoint, target, out, args.outtype)
     print(f"wrote {out} ({out.stat().st_size / 2**20:.1f} MiB)")
     return 0

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from localspec import _core
-from localspec.errors import InvalidParameterError
+from localspec.files import check_output_path
 from localspec.runtime.loading import check_model_path
 
 TYPES = (
@@ -44,11 +44,7 @@ def quantize(
     input_path: str | Path, output_path: str | Path, type_name: str, threads: int = 0
 ) -> Path:
     check_model_path(str(input_path), "input")
-    out = Path(output_path)
-    if out.resolve() == Path(input_path).resolve():
-        raise InvalidParameterError("the output must be a different file from the input.")
-    if not out.parent.is_dir():
-        raise InvalidParameterError(f"the output directory {out.parent} does not exist.")
+    out = check_output_path(output_path, "output", [input_path])
     _core.quantize(str(input_path), str(out), type_name, threads)
     return out
 

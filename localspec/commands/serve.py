@@ -16,7 +16,8 @@ from localspec.commands.common import (
     pair_name,
 )
 from localspec.commands.limits import limit_notes
-from localspec.errors import InvalidParameterError, LocalspecError
+from localspec.errors import InvalidParameterError
+from localspec.files import read_input_text
 from localspec.runtime.rpc import is_loopback
 from localspec.server.options import ServerOptions
 from localspec.types import GenerationParams
@@ -176,13 +177,7 @@ def _defaults(choice: ModelChoice) -> GenerationParams:
 def _read_template(path: str | None) -> str | None:
     if path is None:
         return None
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except OSError as error:
-        raise LocalspecError(f"Cannot read the chat template {path!r}: {error.strerror}.") from None
-    except UnicodeDecodeError:
-        raise LocalspecError(f"The chat template {path!r} is not UTF-8 text.") from None
+    return read_input_text(path, "--chat-template")
 
 
 def _warn_if_exposed(host: str, api_key: str | None) -> None:

@@ -5,10 +5,10 @@ GenerationParams validates."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from localspec.errors import InvalidParameterError
+from localspec.files import read_input_text
 from localspec.text.grammar import json_schema_to_gbnf, load_json_schema
 from localspec.types import GenerationParams
 
@@ -60,11 +60,4 @@ def shaping_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _read(path: str, option: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as error:
-        raise InvalidParameterError(
-            f"{option}: cannot read {path!r} ({error.strerror}); give a readable file."
-        ) from None
-    except UnicodeDecodeError:
-        raise InvalidParameterError(f"{option}: {path!r} is not UTF-8 text.") from None
+    return read_input_text(path, option)
