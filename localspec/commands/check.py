@@ -157,7 +157,7 @@ def render_agreement(by_position: list[float], agreement: Agreement | None) -> s
 
 def mtp_layers(target: str) -> str:
     """How the target's MTP layers draft: one layer, or several chained (position i, layer i)."""
-    n = int(read_gguf(target, read_arrays=False).arch_get("nextn_predict_layers", 0) or 0)
+    n = read_gguf(target, read_arrays=False).arch_int("nextn_predict_layers")
     if n <= 1:
         return "1 layer, drafting every position"
     return f"{n} layers, chained: draft position i runs layer i, at most {n} tokens per draft"

@@ -134,6 +134,19 @@ class GGUFInfo:
         """Metadata under the architecture prefix, e.g. arch_get("block_count")."""
         return self.metadata.get(f"{self.architecture}.{suffix}", default)
 
+    def arch_int(self, suffix: str, default: int = 0) -> int:
+        """An integer hyper-parameter under the architecture prefix; ModelLoadError (one
+        sentence) when the file holds another type there."""
+        return _integer(self, f"{self.architecture}.{suffix}", self.arch_get(suffix, default))
+
+    def arch_max(self, suffix: str) -> int:
+        """The largest of a hyper-parameter that may be one integer or one per layer."""
+        value = self.arch_get(suffix, 0)
+        key = f"{self.architecture}.{suffix}"
+        if isinstance(value, list):
+            return max((_integer(self, key, v) for v in value), default=0)
+        return _integer(self, key, value)
+
     @property
     def architecture(self) -> str:
         return str(self.metadata.get("general.architecture", "unknown"))
@@ -144,52 +157,58 @@ class GGUFInfo:
 
     @property
     def n_layer(self) -> int:
-        return int(self.arch_get("block_count", 0))
+        return self.arch_int("block_count")
 
     @property
     def n_ctx_train(self) -> int:
-        return int(self.arch_get("context_length", 0))
+        return self.arch_int("context_length")
 
     @property
     def n_embd(self) -> int:
-        return int(self.arch_get("embedding_length", 0))
+        return self.arch_int("embedding_length")
 
     @property
     def n_ff(self) -> int:
-        return _max_of(self.arch_get("feed_forward_length", 0))
+        return self.arch_max("feed_forward_length")
 
     @property
     def n_head(self) -> int:
-        return _max_of(self.arch_get("attention.head_count", 0))
+        return self.arch_max("attention.head_count")
 
     def n_head_kv_per_layer(self) -> list[int]:
         """KV heads of each layer (GGUF stores either one number or one per layer)."""
-        value = self.arch_get("attention.head_count_kv")
+        suffix = "attention.head_count_kv"
+        value = self.arch_get(suffix)
         if value is None:
-            value = self.arch_get("attention.head_count", 0)
-        if isinstance(value, (list, tuple)):
-            return [int(v) for v in value]
-        return [int(value)] * self.n_layer
+            suffix = "attention.head_count"
+            value = self.arch_get(suffix, 0)
+        key = f"{self.architecture}.{suffix}"
+        if isinstance(value, list):
+            return [_integer(self, key, v) for v in value]
+        return [_integer(self, key, value)] * self.n_layer
 
     @property
     def head_dim_k(self) -> int:
-        key_length = self.arch_get("attention.key_length")
-        if key_length is not None:
-            return int(key_length)
+        if self.arch_get("attention.key_length") is not None:
+            return self.arch_int("attention.key_length")
         return self.n_embd // self.n_head if self.n_head else 0
 
     @property
     def head_dim_v(self) -> int:
-        value_length = self.arch_get("attention.value_length")
-        return int(value_length) if value_length is not None else self.head_dim_k
+        if self.arch_get("attention.value_length") is not None:
+            return self.arch_int("attention.value_length")
+        return self.head_dim_k
 
     @property
     def vocab_size(self) -> int:
         tokens = self.metadata.get("tokenizer.ggml.tokens")
-        if tokens is not None:
+        if isinstance(tokens, (list, SkippedArray)):
             return len(tokens)
+        if tokens is not None:
+            raise ModelLoadError(f"{self.path} is not a valid GGUF model: its metadata "
+                                 "'tokenizer.ggml.tokens' is not a list of tokens.")
         if self.arch_get("vocab_size") is not None:
-            return int(self.arch_get("vocab_size"))
+            return self.arch_int("vocab_size")
         embd = self.tensor("token_embd.weight")
         return embd.shape[1] if embd is not None and len(embd.shape) > 1 else 0
 
@@ -201,11 +220,15 @@ class GGUFInfo:
         return next((t for t in self.tensors if t.name == name), None)
 
 
-def _max_of(value: Any) -> int:
-    """Hyper-parameters may be per-layer arrays; planners want the largest value."""
-    if isinstance(value, (list, tuple)):
-        return max((int(v) for v in value), default=0)
-    return int(value or 0)
+def _integer(info: GGUFInfo, key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        kind = "a list" if isinstance(value, (list, SkippedArray)) else type(value).__name__
+        raise ModelLoadError(f"{info.path} is not a valid GGUF model: its metadata '{key[:80]}' "
+                             f"should be an integer, not {kind}.")
+    return value
+
+
+MAX_ARRAY_NESTING = 4  # arrays of arrays in metadata; real files nest one level at most
 
 
 class _Cursor:
@@ -262,7 +285,11 @@ def _read_value(cur: _Cursor, vtype: int, key: str, read_arrays: bool) -> Any:
     )
 
 
-def _read_array(cur: _Cursor, key: str, read_arrays: bool) -> Any:
+def _read_array(cur: _Cursor, key: str, read_arrays: bool, depth: int = 1) -> Any:
+    if depth > MAX_ARRAY_NESTING:
+        raise ModelLoadError(
+            f"{cur.path} is corrupt: metadata array {key[:80]!r} nests arrays more than "
+            f"{MAX_ARRAY_NESTING} deep; download it again.")
     elem_type, count = cur.unpack("IQ")
     skip = not read_arrays and count > SKIP_ARRAY_THRESHOLD
     if elem_type in _SCALAR_FORMATS:
@@ -281,7 +308,7 @@ def _read_array(cur: _Cursor, key: str, read_arrays: bool) -> Any:
             return SkippedArray(elem_type, count)
         return [cur.string() for _ in range(count)]
     if elem_type == _TYPE_ARRAY:
-        return [_read_array(cur, key, read_arrays) for _ in range(count)]
+        return [_read_array(cur, key, read_arrays, depth + 1) for _ in range(count)]
     raise ModelLoadError(
         f"{cur.path} is corrupt: metadata array {key!r} has unknown element type {elem_type}; "
         "download it again."
@@ -363,7 +390,11 @@ def _parse(cur: _Cursor, path: Path, file_size: int, read_arrays: bool) -> GGUFI
         vtype = cur.unpack("I")
         metadata[key] = _read_value(cur, vtype, key, read_arrays)
     raw = _read_tensor_infos(cur, n_tensors)
-    alignment = int(metadata.get("general.alignment", DEFAULT_ALIGNMENT) or DEFAULT_ALIGNMENT)
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or not (
+            0 < alignment <= 1 << 20 and alignment & (alignment - 1) == 0):
+        raise ModelLoadError(f"{path} is corrupt: its general.alignment {str(alignment)[:40]!r} "
+                             "is not a power of two; download it again.")
     data_offset = -(-cur.pos // alignment) * alignment
     if raw and data_offset > file_size:
         cur.need(data_offset - cur.pos)

@@ -148,7 +148,7 @@ class ModelMemory:
         heads_kv = [0 if i in recurrent else h  # a recurrent layer has no KV cache
                     for i, h in enumerate((info.n_head_kv_per_layer() + [0] * n_layer)[:n_layer])]
         state = state_elements(info) if recurrent else 0
-        n_nextn = int(info.arch_get("nextn_predict_layers", 0) or 0)
+        n_nextn = info.arch_int("nextn_predict_layers")
         return cls(
             name=info.name,
             layer_bytes=tuple(layers),
@@ -161,7 +161,7 @@ class ModelMemory:
             n_ff=info.n_ff,
             n_ctx_train=info.n_ctx_train,
             tied_bytes=tied,
-            sliding_window=int(info.arch_get("attention.sliding_window", 0) or 0),
+            sliding_window=info.arch_int("attention.sliding_window"),
             path=str(info.path),
             file_bytes=info.file_size,
             head_copy_bytes=head_copy,

@@ -33,17 +33,16 @@ def recurrent_layers(info: GGUFInfo) -> set[int]:
 
 def state_elements(info: GGUFInfo) -> int:
     """Float32 values of one sequence's state in one recurrent layer (R + S)."""
-    get = info.arch_get
-    l_cache = int(get("shortconv.l_cache", 0) or 0)
+    l_cache = info.arch_int("shortconv.l_cache")
     if l_cache:  # LFM2: the last l_cache - 1 inputs of its convolution
         return info.n_embd * (l_cache - 1)
-    head_size = int(get("wkv.head_size", 0) or 0)
+    head_size = info.arch_int("wkv.head_size")
     if head_size:  # RWKV: token shift and the wkv state
-        return int(get("token_shift_count", 2) or 2) * info.n_embd + info.n_embd * head_size
-    d_conv = int(get("ssm.conv_kernel", 0) or 0)
-    d_inner = int(get("ssm.inner_size", 0) or 0)
-    d_state = int(get("ssm.state_size", 0) or 0)
-    n_group = int(get("ssm.group_count", 0) or 0)
+        return (info.arch_int("token_shift_count", 2) or 2) * info.n_embd + info.n_embd * head_size
+    d_conv = info.arch_int("ssm.conv_kernel")
+    d_inner = info.arch_int("ssm.inner_size")
+    d_state = info.arch_int("ssm.state_size")
+    n_group = info.arch_int("ssm.group_count")
     conv = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
     return conv + d_state * d_inner
 

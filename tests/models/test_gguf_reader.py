@@ -224,3 +224,63 @@ def test_error_is_one_sentence(tmp_path: Path, model: Path) -> None:
         read_gguf(path)
     message = str(excinfo.value)
     assert message.endswith(".") and "\n" not in message
+
+
+# ---- metadata of the wrong type or shape: one sentence, never a traceback (hostile files)
+
+
+def _string(text: str) -> bytes:
+    data = text.encode()
+    return struct.pack("<Q", len(data)) + data
+
+
+def metadata_gguf(path: Path, kvs: list[tuple[str, int, bytes]]) -> Path:
+    """A GGUF v3 header with these (key, value type, value bytes) and no tensors."""
+    body = b"GGUF" + struct.pack("<IQQ", 3, 0, len(kvs))
+    for key, vtype, value in kvs:
+        body += _string(key) + struct.pack("<I", vtype) + value
+    path.write_bytes(body)
+    return path
+
+
+STRING, UINT32, ARRAY = 8, 4, 9
+
+
+def test_a_hyper_parameter_of_the_wrong_type_is_one_sentence(tmp_path: Path) -> None:
+    path = metadata_gguf(tmp_path / "bad.gguf", [
+        ("general.architecture", STRING, _string("llama")),
+        ("llama.block_count", STRING, _string("twelve")),
+    ])
+    info = read_gguf(path)
+    with pytest.raises(ModelLoadError, match="'llama.block_count' should be an integer, not str"):
+        _ = info.n_layer
+
+
+def test_alignment_of_the_wrong_type_is_refused(tmp_path: Path) -> None:
+    for value in (_string("64"), struct.pack("<I", 3)):
+        vtype = STRING if value[:1] != b"\x03" else UINT32
+        path = metadata_gguf(tmp_path / "align.gguf", [("general.alignment", vtype, value)])
+        with pytest.raises(ModelLoadError, match="general.alignment .* is not a power of two"):
+            read_gguf(path)
+
+
+def test_arrays_nested_thousands_deep_are_refused(tmp_path: Path) -> None:
+    nested = b""
+    for _ in range(5000):  # an array holding one array holding one array ...
+        nested = struct.pack("<IQ", ARRAY, 1) + nested
+    nested = nested[:-12] + struct.pack("<IQ", UINT32, 0)  # the innermost holds no values
+    path = metadata_gguf(tmp_path / "deep.gguf", [("x.deep", ARRAY, nested)])
+    with pytest.raises(ModelLoadError, match="nests arrays more than 4 deep"):
+        read_gguf(path)
+
+
+def test_plan_on_a_bad_file_exits_2_with_one_line(tmp_path: Path) -> None:
+    from tests.fixtures.helpers import run_localspec
+
+    path = metadata_gguf(tmp_path / "bad.gguf", [
+        ("general.architecture", STRING, _string("llama")),
+        ("llama.block_count", STRING, _string("twelve")),
+    ])
+    proc = run_localspec("plan", "--target", str(path), "--draft", "none")
+    assert proc.returncode == 2, proc.stderr
+    assert "should be an integer" in proc.stderr and "Traceback" not in proc.stderr
