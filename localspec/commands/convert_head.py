@@ -45,6 +45,12 @@ def run(args: argparse.Namespace) -> int:
     check_model_path(target, "target")
     inputs: list[str | Path] = [target, *(p for p in checkpoint.iterdir() if p.is_file())]
     check_output_path(out, "--output", inputs)
-    convert_head(checkpoint, target, out, args.outtype)
+    try:
+        convert_head(checkpoint, target, out, args.outtype)
+    except OSError as error:  # the output could not be written (a full disk, a lost mount)
+        out.unlink(missing_ok=True)
+        raise InvalidParameterError(
+            f"--output: could not write '{out}' ({error.strerror or error}); free space or "
+            "write elsewhere.") from None
     print(f"wrote {out} ({out.stat().st_size / 2**20:.1f} MiB)")
     return 0

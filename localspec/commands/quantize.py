@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 from pathlib import Path
 
 from localspec import _core
+from localspec.errors import LocalspecError, ModelLoadError
 from localspec.files import check_output_path
 from localspec.runtime.loading import check_model_path
 
@@ -45,7 +47,19 @@ def quantize(
 ) -> Path:
     check_model_path(str(input_path), "input")
     out = check_output_path(output_path, "output", [input_path])
-    _core.quantize(str(input_path), str(out), type_name, threads)
+    try:
+        _core.quantize(str(input_path), str(out), type_name, threads)
+    except LocalspecError as error:
+        # llama.cpp says only "basic_ios::clear: iostream error" when the write fails.
+        free = shutil.disk_usage(out.parent).free
+        if "iostream" in str(error) or free < Path(input_path).stat().st_size:
+            out.unlink(missing_ok=True)
+            raise ModelLoadError(
+                f"output: could not write '{out}': {free / 2**20:.0f} MiB are free in "
+                f"'{out.parent}' and the quantized model may need up to the input's size "
+                f"({Path(input_path).stat().st_size / 2**20:.0f} MiB); free space or write "
+                "elsewhere.") from None
+        raise
     return out
 
 

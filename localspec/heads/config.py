@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from localspec.errors import InvalidParameterError
+from localspec.files import read_input_text
 from localspec.heads.eagle3 import Eagle3Params, RopeScaling
 
 _LLAMA_DEFAULTS: dict[str, Any] = {
@@ -38,14 +39,22 @@ def read_config(checkpoint: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             "(config.json + model.safetensors)."
         )
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
+        raw = json.loads(read_input_text(path, "config.json", limit=16 << 20))
+    except ValueError as error:
         raise InvalidParameterError(f"'{path}' is not valid JSON ({error}).") from None
+    if not isinstance(raw, dict):
+        raise InvalidParameterError(f"'{path}' must hold a JSON object.")
     hparams = dict(raw)
     if "transformer_layer_config" in hparams:  # speculators
-        hparams.update(hparams["transformer_layer_config"])
+        layer = hparams["transformer_layer_config"]
+        if not isinstance(layer, dict):
+            raise InvalidParameterError(f"'{path}': transformer_layer_config must be an object.")
+        hparams.update(layer)
     if raw.get("model_type") == "llama":
-        hparams = _with_llama_defaults(hparams)
+        try:
+            hparams = _with_llama_defaults(hparams)
+        except CONFIG_ERRORS as error:
+            raise _config_error(error) from None
     if "draft_vocab_size" not in hparams or hparams.get("num_hidden_layers") != 1:
         raise InvalidParameterError(
             f"'{checkpoint}' is not an EAGLE-3 head: its config.json needs draft_vocab_size and "
@@ -123,7 +132,28 @@ def head_params(
     raw: dict[str, Any], hparams: dict[str, Any], target_n_layer: int, target_n_embd: int,
     target_vocab: int
 ) -> Eagle3Params:
-    """The GGUF hyper-parameters; target facts come from the target GGUF."""
+    """The GGUF hyper-parameters; target facts come from the target GGUF. A config.json whose
+    values are missing or of the wrong type is one sentence."""
+    try:
+        return _head_params(raw, hparams, target_n_layer, target_n_embd, target_vocab)
+    except CONFIG_ERRORS as error:
+        raise _config_error(error) from None
+
+
+# What reading a config.json's values as numbers raises when they are missing or malformed.
+CONFIG_ERRORS = (KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError)
+
+
+def _config_error(error: Exception) -> InvalidParameterError:
+    what = f"'{str(error.args[0])[:80]}' is missing" if isinstance(error, KeyError) else (
+        f"a value has the wrong type or range ({type(error).__name__})")
+    return InvalidParameterError(f"The checkpoint's config.json is not an EAGLE-3 head's: {what}.")
+
+
+def _head_params(
+    raw: dict[str, Any], hparams: dict[str, Any], target_n_layer: int, target_n_embd: int,
+    target_vocab: int
+) -> Eagle3Params:
     layers = raw.get("eagle_aux_hidden_state_layer_ids") or [
         2, target_n_layer // 2, target_n_layer - 3
     ]

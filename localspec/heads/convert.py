@@ -10,13 +10,15 @@ target GGUF instead of the target's Hugging Face directory.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
 from localspec.errors import InvalidParameterError
+from localspec.files import read_input_bytes, read_input_text
 from localspec.heads import eagle3
 from localspec.heads.config import head_params, llama3_rope_factors, read_config
 from localspec.models.gguf_reader import GGUFInfo, read_gguf
@@ -41,8 +43,23 @@ _TOP_NAMES = {"fc.weight": "fc.weight", "norm.weight": "output_norm.weight",
 def _part_names(checkpoint: Path) -> list[str]:
     index = checkpoint / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map") or {}
-        return sorted(dict.fromkeys(weight_map.values()))
+        try:
+            data = json.loads(read_input_text(index, "the checkpoint's index", limit=64 << 20))
+        except ValueError as error:
+            raise InvalidParameterError(f"'{index}' is not valid JSON ({error}).") from None
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        if not isinstance(weight_map, dict) or not all(
+                isinstance(part, str) for part in weight_map.values()):
+            raise InvalidParameterError(
+                f"'{index}' has no weight_map of tensor names to file names.")
+        parts = sorted(dict.fromkeys(weight_map.values()))
+        for part in parts:  # a part is a file of this folder, never a path out of it
+            if Path(part).name != part or part in ("", ".", "..") or not (
+                    checkpoint / part).is_file():
+                raise InvalidParameterError(
+                    f"'{index}' names the part '{part[:80]}', which is not a file in "
+                    f"'{checkpoint}'.")
+        return parts
     parts = sorted(p.name for p in checkpoint.iterdir()
                    if p.name.startswith("model") and p.name.endswith(".safetensors"))
     if not parts:
@@ -56,22 +73,57 @@ def _part_names(checkpoint: Path) -> list[str]:
 def read_safetensors(path: Path) -> Iterator[tuple[str, np.ndarray, str]]:
     """(name, array, safetensors dtype) sorted by name, as safetensors and llama.cpp list
     them; BF16 arrives widened to float32 (exactly)."""
-    raw = path.read_bytes()
+    raw = read_input_bytes(path, "the checkpoint", limit=MAX_PART_BYTES)
     n = int.from_bytes(raw[:8], "little")
-    header: dict[str, Any] = json.loads(raw[8 : 8 + n])
+    if len(raw) < 8 or n > len(raw) - 8:
+        raise InvalidParameterError(f"'{path}' is not a safetensors file: its header length "
+                                    f"{n} runs past its {len(raw)} bytes.")
+    try:
+        header = json.loads(raw[8 : 8 + n])
+    except ValueError:
+        raise InvalidParameterError(f"'{path}' is not a safetensors file: its header is not "
+                                    "JSON.") from None
+    if not isinstance(header, dict):
+        raise InvalidParameterError(f"'{path}' is not a safetensors file: its header is not "
+                                    "an object.")
     header.pop("__metadata__", None)
+    data_bytes = len(raw) - 8 - n
     for name, info in sorted(header.items()):
-        dtype = info["dtype"]
+        dtype = info.get("dtype") if isinstance(info, dict) else None
         if dtype not in _ST_DTYPES:
-            raise InvalidParameterError(f"Tensor '{name}' in '{path}' has dtype {dtype}, "
-                                        "which convert-head cannot read.")
-        start, end = info["data_offsets"]
+            raise InvalidParameterError(f"Tensor '{name[:80]}' in '{path}' has dtype "
+                                        f"{str(dtype)[:20]}, which convert-head cannot read.")
+        start, end = _checked_offsets(path, name, info, np.dtype(_ST_DTYPES[dtype]), data_bytes)
         np_dtype = np.dtype(_ST_DTYPES[dtype])
         array = np.frombuffer(raw, np_dtype, offset=8 + n + start,
                               count=(end - start) // np_dtype.itemsize).reshape(info["shape"])
         if dtype == "BF16":
             array = (array.astype(np.uint32) << 16).view(np.float32)
         yield name, array, dtype
+
+
+MAX_PART_BYTES = 16 << 30  # one safetensors part; a head is well under 1 GiB
+
+
+def _counts(value: Any) -> TypeGuard[list[int]]:
+    return isinstance(value, list) and all(
+        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value)
+
+
+def _checked_offsets(path: Path, name: str, info: dict[str, Any], dtype: np.dtype[Any],
+                     data_bytes: int) -> tuple[int, int]:
+    """A tensor's [start, end) in the data, which its shape and dtype fill exactly."""
+    shape, offsets = info.get("shape"), info.get("data_offsets")
+    if not (_counts(shape) and _counts(offsets) and len(offsets) == 2):
+        raise InvalidParameterError(f"Tensor '{name[:80]}' in '{path}' has a malformed shape or "
+                                    "data_offsets.")
+    start, end = offsets
+    size = math.prod(shape) * dtype.itemsize  # exact: no overflow on absurd shapes
+    if not start <= end <= data_bytes or end - start != size:
+        raise InvalidParameterError(
+            f"Tensor '{name[:80]}' in '{path}' has data_offsets {offsets} that do not hold its "
+            f"shape {shape} within the file's {data_bytes} data bytes.")
+    return start, end
 
 
 def _gguf_name(name: str) -> str | None:
