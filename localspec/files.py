@@ -30,10 +30,9 @@ def _kind(mode: int) -> str:
     return "a special file"
 
 
-def read_input_bytes(path: str | os.PathLike[str], option: str, limit: int = TEXT_LIMIT) -> bytes:
-    """The whole content of a regular file, opened without blocking (a FIFO is refused, not
-    waited on) and checked after opening (nothing swaps it in between)."""
-    name = os.fspath(path)
+def _open_regular(name: str, option: str) -> tuple[int, os.stat_result]:
+    """A descriptor of a regular file, opened without blocking (a FIFO is refused, not waited
+    on) and checked after opening (nothing swaps it in between)."""
     try:
         fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as error:
@@ -45,6 +44,19 @@ def read_input_bytes(path: str | os.PathLike[str], option: str, limit: int = TEX
         raise InvalidParameterError(
             f"{option}: '{name}' is not a regular file ({_kind(info.st_mode)}); give a "
             "regular file.")
+    return fd, info
+
+
+def check_input_file(path: str | os.PathLike[str], option: str) -> None:
+    """That ``path`` is a readable regular file, before any work depends on it."""
+    fd, _ = _open_regular(os.fspath(path), option)
+    os.close(fd)
+
+
+def read_input_bytes(path: str | os.PathLike[str], option: str, limit: int = TEXT_LIMIT) -> bytes:
+    """The whole content of a regular file (``_open_regular``), at most ``limit`` bytes."""
+    name = os.fspath(path)
+    fd, info = _open_regular(name, option)
     if info.st_size > limit:
         os.close(fd)
         raise InvalidParameterError(

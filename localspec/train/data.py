@@ -70,6 +70,9 @@ def _records(path: Path) -> Iterator[tuple[dict[str, Any], str]]:
         except ValueError:
             raise InvalidParameterError(
                 f"{where} is not valid JSON; write one JSON object per line.") from None
+        except RecursionError:
+            raise InvalidParameterError(
+                f"{where} nests its JSON too deeply; write one flat object per line.") from None
         if not isinstance(record, dict):
             raise InvalidParameterError(f"{where} is not a JSON object; write one per line.")
         yield record, where

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from localspec.errors import InvalidParameterError
+from localspec.files import check_input_file
 from localspec.models.gguf_reader import read_gguf
 from localspec.train import collect, data, evaluate, selfdistill, vocab
 from localspec.train.examples import EmbeddingTable, Example, examples, labels_of
@@ -89,6 +90,8 @@ def timed(report: Report, name: str) -> Iterator[None]:
 
 def run(params: TrainHeadParams, say: Say, bar: BarFactory) -> Report:
     params.validate()
+    for path in params.data:  # before the cache is made: a missing file leaves nothing behind
+        check_input_file(path, "--data")
     require_torch()
     from localspec import _core
 

@@ -64,6 +64,7 @@ def test_every_data_format(tmp_path: Path, tokenizer) -> None:
     ("[1, 2]", "is not a JSON object"),
     ('{"question": "x"}', 'has none of "text", "prompt", "messages" or "turns"'),
     ('{"messages": [{"role": "user"}]}', 'must be a list of {"role", "content"} objects'),
+    ('{"text": ' + "[" * 100_000 + "]" * 100_000 + "}", "nests its JSON too deeply"),
 ])
 def test_bad_data_lines(tmp_path: Path, tokenizer, line: str, message: str) -> None:
     path = tmp_path / "bad.jsonl"
@@ -76,6 +77,17 @@ def test_bad_data_lines(tmp_path: Path, tokenizer, line: str, message: str) -> N
 def test_missing_data_file(tmp_path: Path, tokenizer) -> None:
     with pytest.raises(InvalidParameterError, match="does not exist"):
         data.read_items([str(tmp_path / "nope.txt")], tokenizer)
+
+
+def test_a_missing_data_file_leaves_no_cache(tmp_path: Path, tiny_model_path: Path) -> None:
+    """Checked before the cache is made: a half-made cache used to block the next run."""
+    out = tmp_path / "head.gguf"
+    argv = [sys.executable, "-m", "localspec.cli", "train-head", "--target", str(tiny_model_path),
+            "--data", str(tmp_path / "nope.jsonl"), "--out", str(out)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "--data: cannot read" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not list(tmp_path.glob("head.gguf*"))
 
 
 def test_self_distill_split_and_packing() -> None:
