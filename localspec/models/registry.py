@@ -20,6 +20,7 @@ from typing import Any
 
 from localspec.drafter_spec import AUTO, DrafterSpec
 from localspec.errors import LocalspecError, ModelLoadError
+from localspec.files import read_input_text
 from localspec.models.kind import ModelKind
 from localspec.models.sources import (
     EMBEDDED_MODEL,
@@ -29,6 +30,7 @@ from localspec.models.sources import (
     hub_cached_path,
     looks_like_source,
     parse_source,
+    path_exists,
 )
 from localspec.models.tables import (
     MODEL_KINDS as MODEL_KINDS,
@@ -127,12 +129,12 @@ def _parse_pair(name: str, table: Any, origin: Path) -> PairEntry:
 
 def _read_file(path: Path) -> dict[str, Any]:
     try:
-        with open(path, "rb") as handle:
-            data = tomllib.load(handle)
+        data = tomllib.loads(read_input_text(path, "models.toml", limit=4 << 20))
     except tomllib.TOMLDecodeError as error:
         raise LocalspecError(f"{path} is not valid TOML ({error}): fix that line.") from None
-    except OSError as error:
-        raise LocalspecError(f"{path} cannot be read ({error.strerror}).") from None
+    except RecursionError:
+        raise LocalspecError(
+            f"{path} nests arrays or tables too deeply to be models.toml.") from None
     unknown = set(data) - {"models", "pairs", "heads", "default_pair"}
     if unknown:
         raise LocalspecError(f"{path}: unknown top-level key {sorted(unknown)[0]!r}: allowed are "
@@ -190,8 +192,8 @@ class Registry:
 
     def resolve_model(self, spec: str, *, download: bool = True) -> Path:
         """A local GGUF path for a model name or spec; downloads Hub files unless told not to."""
-        if spec not in self.models and not looks_like_source(spec) and not Path(spec).exists():
-            raise ModelLoadError(f"{spec!r} is neither a model name in models.toml nor an "
+        if spec not in self.models and not looks_like_source(spec) and not path_exists(spec):
+            raise ModelLoadError(f"{spec[:120]!r} is neither a model name in models.toml nor an "
                                  "existing file: run `localspec models` to list names, or pass a "
                                  ".gguf path.")
         return fetch(self.source_of(spec), download=download, label=spec)

@@ -10,6 +10,7 @@ business (localspec.models.registry); this module only parses sources and fetche
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,18 @@ class Source:
         return self.location
 
 
+_HUB_PART = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+
+def path_exists(path: str | Path) -> bool:
+    """Whether a file system entry is there; False for a path the system cannot even look up
+    (longer than its name limit, a NUL byte), which is then reported as not existing."""
+    try:
+        return Path(path).expanduser().exists()
+    except (OSError, ValueError):
+        return False
+
+
 def looks_like_source(text: str) -> bool:
     """True for specs that are clearly not model names: hf:, embedded, or path-like text."""
     return (text.startswith(("hf:", "embedded", "~", ".")) or "/" in text or "\\" in text
@@ -64,9 +77,11 @@ def parse_source(text: str, base_dir: Path | None = None, revision: str | None =
         return Source("embedded", name)
     if text.startswith("hf:"):
         parts = text[3:].split("/")
-        if len(parts) < 3 or not all(parts):
+        if len(parts) < 3 or not all(_HUB_PART.fullmatch(part) and part not in (".", "..")
+                                     for part in parts):
             raise LocalspecError(
-                f"{text!r} is not a Hub source: write it as hf:ORG/REPO/FILE.gguf."
+                f"{text[:120]!r} is not a Hub source: write it as hf:ORG/REPO/FILE.gguf "
+                "(letters, digits, '.', '-' and '_' in each part; no '..')."
             )
         return Source("hf", "/".join(parts[:2]), "/".join(parts[2:]), revision)
     path = Path(text).expanduser()
@@ -83,8 +98,8 @@ def fetch(source: Source, *, download: bool = True, label: str | None = None) ->
     if source.kind == "hf":
         return hub_model_path(source, download=download, label=label)
     path = Path(source.location)
-    if not path.exists():
-        raise ModelLoadError(f"model file {path} does not exist: check the path.")
+    if not path_exists(path):
+        raise ModelLoadError(f"model file {str(path)[:300]} does not exist: check the path.")
     if not path.is_file():
         raise ModelLoadError(f"{path} is not a file: pass the path of a .gguf file.")
     return path

@@ -12,6 +12,7 @@ the server does not trim (a prompt over the context is an error there), the chat
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -81,9 +82,52 @@ def _strftime_now(format: str) -> str:  # noqa: A002 - the name templates use
     return datetime.now().strftime(format)
 
 
+# A template is data from a model file or a user: bounded in the work one render may do (lines
+# of template code run) and in the size of what its '*' and '**' may build.
+RENDER_LINE_BUDGET = 1_000_000
+MAX_PRODUCT = 1_000_000
+
+
+class _BoundedSandbox(ImmutableSandboxedEnvironment):
+    """Jinja's immutable sandbox, whose '*' and '**' cannot build a value of a billion items."""
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**" and isinstance(right, int) and abs(right) > 64:
+            raise ChatTemplateError("The chat template raises a number to too large a power.")
+        if operator == "*":
+            for value, count in ((left, right), (right, left)):
+                if (isinstance(value, (str, list, tuple)) and isinstance(count, int)
+                        and len(value) * count > MAX_PRODUCT):
+                    raise ChatTemplateError("The chat template repeats a value into more than "
+                                            f"{MAX_PRODUCT} items.")
+        return super().call_binop(context, operator, left, right)
+
+
+class _LineBudget:
+    """sys.settrace hooks that count the lines of template code a render runs (the compiled
+    template's own frames only: library code is not traced) and stop it past the budget."""
+
+    def __init__(self, lines: int) -> None:
+        self.left = lines
+
+    def on_call(self, frame: Any, event: str, arg: Any) -> Any:
+        return self.on_line if frame.f_code.co_filename == "<template>" else None
+
+    def on_line(self, frame: Any, event: str, arg: Any) -> Any:
+        if event == "line":
+            self.left -= 1
+            if self.left < 0:
+                raise ChatTemplateError(
+                    "The chat template runs too long for this conversation (more than "
+                    f"{RENDER_LINE_BUDGET} steps); it loops without end or far too often.")
+        return self.on_line
+
+
 @lru_cache(maxsize=8)
 def _compile(template: str) -> jinja2.Template:
-    env = ImmutableSandboxedEnvironment(
+    env = _BoundedSandbox(
         trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
     )
     env.filters["tojson"] = _tojson
@@ -109,6 +153,8 @@ def render_chat(
     BOS text when the template writes ``bos_token``; tokenize it without adding specials again.
     """
     compiled = _compile(template or CHATML_TEMPLATE)
+    previous = sys.gettrace()
+    sys.settrace(_LineBudget(RENDER_LINE_BUDGET).on_call)
     try:
         return compiled.render(
             messages=messages,
@@ -118,8 +164,11 @@ def render_chat(
         )
     except ChatTemplateError:
         raise
-    except jinja2.TemplateError as error:
-        raise ChatTemplateError(f"The chat template failed to render: {error}") from error
+    except (jinja2.TemplateError, OverflowError, RecursionError, MemoryError) as error:
+        raise ChatTemplateError(f"The chat template failed to render: "
+                                f"{str(error)[:200]}") from error
+    finally:
+        sys.settrace(previous)
 
 
 def chat_tokens(

@@ -296,3 +296,28 @@ def test_models_say_base_or_instruct(isolated: Path, capsys: pytest.CaptureFixtu
 def test_pull_offline_uncached_fails_clearly(isolated: Path) -> None:
     with pytest.raises(ModelLoadError, match="localspec pull llama3.1-8b-instruct"):
         run_command(["pull", "llama3.1-8b"])
+
+
+# ---- hostile models.toml and names: one sentence each
+
+
+def test_a_deeply_nested_models_toml_is_one_sentence(tmp_path: Path) -> None:
+    path = tmp_path / "models.toml"
+    path.write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(LocalspecError, match="nests arrays or tables too deeply"):
+        load_registry(path)
+
+
+@pytest.mark.parametrize("source", ["hf:../../etc/passwd", "hf:org/repo/../x.gguf",
+                                    "hf:org/repo/./x.gguf", "hf:org/re po/x.gguf"])
+def test_hub_sources_cannot_climb_out(source: str) -> None:
+    with pytest.raises(LocalspecError, match="is not a Hub source"):
+        parse_source(source)
+
+
+def test_a_name_longer_than_the_file_system_allows_is_not_found() -> None:
+    registry = load_registry()
+    for spec in ("a" * 5000, "/" + "a" * 5000):
+        with pytest.raises(LocalspecError, match="does not exist|neither a model name") as error:
+            registry.resolve_model(spec)
+        assert len(str(error.value)) < 600

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from localspec.text.chat_template import ChatTemplateError, fit_history, render_chat
+from localspec.text.chat_template import (
+    CHATML_TEMPLATE,
+    ChatTemplateError,
+    fit_history,
+    render_chat,
+)
 
 LLAMA3_LIKE = (
     "{{ bos_token }}{% for message in messages %}"
@@ -140,3 +145,35 @@ def test_fit_history_never_drops_system_or_last_message() -> None:
     assert dropped == 2
     assert [m["role"] for m in kept] == ["system", "user"]
     assert kept[-1]["content"] == "i j k l m"
+
+
+# ---- a template is data from a model file or a user: its work is bounded
+
+
+@pytest.mark.parametrize(("template", "fragment"), [
+    ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+     "runs too long"),
+    ("{{ 'x' * 1000000000 }}", "repeats a value"),
+    ("{{ [1] * 1000000000 }}", "repeats a value"),
+    ("{% for i in range(1000000000) %}{% endfor %}", "Range too big"),
+    ("{{ 2 ** 100000000 }}", "too large a power"),
+    ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "failed to render"),
+])
+def test_a_runaway_template_is_stopped_with_one_sentence(template: str, fragment: str) -> None:
+    import time
+
+    started = time.perf_counter()
+    with pytest.raises(ChatTemplateError, match=fragment):
+        render_chat(template, [{"role": "user", "content": "hi"}], bos_token="", eos_token="")
+    assert time.perf_counter() - started < 10
+
+
+def test_the_budget_leaves_real_conversations_alone() -> None:
+    import sys
+
+    messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}"}
+                for i in range(2000)]
+    before = sys.gettrace()
+    text = render_chat(CHATML_TEMPLATE, messages, bos_token="", eos_token="")
+    assert text.count("<|im_start|>") == 2001
+    assert sys.gettrace() is before  # the render's tracer is gone
