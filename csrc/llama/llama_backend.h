@@ -1,6 +1,7 @@
-// The thin layer over llama.cpp's C API. This header exposes plain C++ types only; the one
-// source file that includes llama.h is llama_backend.cpp. When llama.cpp's API changes, this
-// pair of files is the only place to edit.
+// The thin layer over llama.cpp's C API. This header exposes plain C++ types only; its source
+// files (log, model, extensions, context, head_context, mtp_context, quantize, grammar .cpp,
+// sharing impl.h) are csrc/llama/, the only folder that includes llama.h. ggml's own headers are
+// read elsewhere too (the kernels, RPC, the EAGLE-3 head, the MTP drafter, the feature collector).
 #pragma once
 
 #include <cstdint>
