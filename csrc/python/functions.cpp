@@ -3,7 +3,7 @@
 // check`) and train-head's FeatureCollector.
 #include <memory>
 
-#include "draft/drafter.h"
+#include "draft/ngram_drafter.h"
 #include "draft/mtp_drafter.h"
 #include "draft/vocab_check.h"
 #include "kernels/body_matmul.h"
