@@ -305,7 +305,7 @@ HeadKernels<Run> kernels() { return {}; }
 
 }  // namespace
 
-bool Q8Head::cpu_supported() { return kernels().pick("") != nullptr; }
+bool int8_kernels_supported() { return kernels().pick("") != nullptr; }
 
 std::vector<std::string> Q8Head::kernel_names() { return head_kernel_names(); }
 

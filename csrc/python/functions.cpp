@@ -18,7 +18,7 @@ using namespace localspec;
 
 void localspec::register_functions(py::module_& m) {
     // Pure functions used by localspec itself.
-    m.def("q8_head_supported", &Q8Head::cpu_supported);
+    m.def("q8_head_supported", &int8_kernels_supported);
     m.def("faster_body_types", &faster_body_types);
     m.def(
         "ngram_lookup",
