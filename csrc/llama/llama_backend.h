@@ -61,18 +61,14 @@ public:
     // matches), instead of nothing.
     std::string token_piece(Token token, bool special = false) const;
     bool is_end_of_generation(Token token) const;
-    bool add_bos() const;
     std::vector<Token> tokenize(const std::string& text, bool add_special, bool parse_special) const;
     std::string detokenize(const std::vector<Token>& tokens) const;
     std::string chat_template() const;  // "" when the GGUF has none
     std::string description() const;
     std::string metadata(const std::string& key) const;  // "" when absent
-    int n_ctx_train() const;
     int n_layer() const;
     int n_embd() const;
-    int n_layer_nextn() const;  // MTP (NextN) layers after the trunk; 0: none
     std::string architecture() const;  // general.architecture
-    uint64_t size_bytes() const;
     // How the model remembers a sequence: "attention" (a KV entry per position), "recurrent"
     // (one state: Mamba, RWKV) or "hybrid" (both: Jamba, LFM2, Qwen3-Next, Qwen3.5, ...).
     std::string memory_kind() const;

@@ -137,8 +137,6 @@ std::string Model::token_piece(Token token, bool special) const {
 
 bool Model::is_end_of_generation(Token token) const { return llama_vocab_is_eog(impl_->vocab, token); }
 
-bool Model::add_bos() const { return llama_vocab_get_add_bos(impl_->vocab); }
-
 std::vector<Token> Model::tokenize(const std::string& text, bool add_special, bool parse_special) const {
     int32_t n_max = static_cast<int32_t>(text.size()) + 8;
     std::vector<Token> tokens(static_cast<size_t>(n_max));
@@ -179,17 +177,11 @@ std::string Model::metadata(const std::string& key) const {
     return out;
 }
 
-int Model::n_ctx_train() const { return llama_model_n_ctx_train(impl_->model); }
-
 int Model::n_layer() const { return llama_model_n_layer(impl_->model); }
 
 int Model::n_embd() const { return llama_model_n_embd(impl_->model); }
 
-int Model::n_layer_nextn() const { return llama_model_n_layer_nextn(impl_->model); }
-
 std::string Model::architecture() const { return metadata("general.architecture"); }
-
-uint64_t Model::size_bytes() const { return llama_model_size(impl_->model); }
 
 std::string Model::memory_kind() const {
     if (llama_model_is_hybrid(impl_->model)) return "hybrid";
