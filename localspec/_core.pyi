@@ -1,4 +1,4 @@
-"""Type stubs for the compiled core (csrc/python/bindings.cpp)."""
+"""Type stubs for the compiled core (csrc/python/)."""
 
 import enum
 from collections.abc import Callable

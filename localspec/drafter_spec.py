@@ -14,7 +14,7 @@ Spellings (``--draft``, models.toml's ``drafter``, ``Engine.load(draft=...)``):
   ``ngram`` (resolved when loading: localspec.runtime.loading.resolve_auto).
 
 A new kind is one more entry: a keyword in ``KEYWORD_KINDS`` or a prefix in ``PREFIX_KINDS``
-(and the matching case in the C++ core's drafter factory, csrc/draft/drafter.cpp).
+(and the matching case in the C++ core's drafter factory, csrc/engine/engine.cpp).
 """
 
 from __future__ import annotations

@@ -5,10 +5,13 @@
 #include <stdexcept>
 
 #include "kernels/body_matmul.h"
+#include "draft/combinators.h"
 #include "draft/eagle3_drafter.h"
 #include "base/errors.h"
 #include "draft/forced_drafter.h"
+#include "draft/model_drafter.h"
 #include "draft/mtp_drafter.h"
+#include "draft/ngram_drafter.h"
 #include "engine/sequence.h"
 #include "draft/vocab_check.h"
 

@@ -40,7 +40,9 @@ struct EngineOptions {
     int ngram_max = 4;
     float draft_p_min = 0.4f;  // model drafter stops when its top probability falls below this
     int controller_k_max = kAutoDraftMax;  // the longest draft the adaptive controller may choose
-    bool fast_head = true;  // logits from localspec's Q8_0 head when possible (target and draft)
+    // Logits from localspec's own output head (Q8_0 or Q6_K: q8_head.h, q6k_head.h) when possible
+    // (target and draft).
+    bool fast_head = true;
     // The target's body matrices of faster_body_types() multiplied by localspec's int8
     // kernels (body_matmul.h) where this CPU runs them, unless `repack` is off (the weights then keep
     // their file layout); exact mode puts every quantized matrix there.
@@ -177,7 +179,7 @@ public:
 
 private:
     SpecEngine(const EngineOptions& options, const DrafterSpec& drafter);
-    // The speculative step (engine.cpp) and its parts, one generation each.
+    // The speculative step (speculative_step.cpp) and its parts, one generation each.
     void speculative_step(const std::vector<Sequence*>& batch);
     void draft(Sequence& s);
     Draft draft_tokens(Sequence& s, int k_cap);
@@ -189,9 +191,10 @@ private:
     void roll_back(Sequence& s);
     void emit(Sequence& s, bool shared_pass);
     void finish(Sequence& s, const std::string& reason);
-    int prefill_joining();
     void resolve_unverified(Sequence& s);
     std::vector<TokenLogprob> step_logprobs(const Sequence& s, int n_top) const;
+    // Generations joining and their slots (engine.cpp).
+    int prefill_joining();
     bool slot_busy(int slot) const;  // a started generation holds it
     int choose_slot(const GenerateRequest& request) const;
     void forget_idle_slots(int chosen);
@@ -199,9 +202,9 @@ private:
     // The drafter, told which generation slot its next call concerns (Drafter::select); null
     // without one.
     Drafter* drafter_for(int slot);
-    int free_slot() const;  // for the measuring tools; throws while every slot is busy
     void check_request(const GenerateRequest& request) const;
-    // Start-up measurements (engine_tools.cpp).
+    // The measuring tools and start-up measurements (engine_tools.cpp).
+    int free_slot() const;  // for the measuring tools; throws while every slot is busy
     void calibrate(const std::vector<Token>& prompt, int slot);
     std::vector<double> pass_seconds_on(int slot, const std::vector<Token>& context, int max_rows, int repeats);
     void calibrate_batch(const std::vector<Token>& context, int slot);

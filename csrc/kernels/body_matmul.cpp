@@ -48,7 +48,7 @@ enum class Layout { Int8, Q4K, Q6K, File };
 Layout layout_of(const ggml_tensor* w) {
     if (widens_to_int8(w->type)) return Layout::Int8;
     if (w->type == GGML_TYPE_Q4_K && w->ne[0] % 256 == 0 && q4k_matmul_supported()) return Layout::Q4K;
-    if (w->type == GGML_TYPE_Q6_K && w->ne[0] % 256 == 0 && Q8Head::cpu_supported()) return Layout::Q6K;
+    if (w->type == GGML_TYPE_Q6_K && w->ne[0] % 256 == 0 && int8_kernels_supported()) return Layout::Q6K;
     return Layout::File;
 }
 
@@ -290,7 +290,7 @@ ggml_backend_buffer_type* body_buffer_type() {
 // layouts, which it must beat to a claimed weight), then checks that the copy of the list
 // llama.cpp's loader reads (made once, on its first request) holds it.
 bool register_body_kernels() {
-    if (!Q8Head::cpu_supported()) return false;
+    if (!int8_kernels_supported()) return false;
     ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
     if (!cpu) return false;
     std::vector<ggml_backend_buffer_type_t>& list = ggml_backend_cpu_get_extra_buffer_types();

@@ -1,6 +1,6 @@
 // Where localspec's output heads (q8_head.h, q6k_head.h) meet llama.cpp's graph. Includes ggml's
-// headers, never llama.h: llama_backend.cpp installs HeadHook::on_graph_node as the context's
-// eval callback and calls before_decode / after_decode around each llama_decode.
+// headers, never llama.h: csrc/llama/context.cpp installs HeadHook::on_graph_node as the
+// context's eval callback and calls before_decode / after_decode around each llama_decode.
 #pragma once
 
 #include <memory>

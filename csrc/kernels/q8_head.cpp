@@ -106,7 +106,7 @@ Q8Head::~Q8Head() = default;
 
 // ---- the kernel (tiles.h; on x86 its tiles are x86/q8_tiles.cpp) ---------------------------
 
-bool Q8Head::cpu_supported() { return q8_kernels().pick("") != nullptr; }
+bool int8_kernels_supported() { return q8_kernels().pick("") != nullptr; }
 
 std::vector<std::string> Q8Head::kernel_names() { return head_kernel_names(); }
 

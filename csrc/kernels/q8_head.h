@@ -30,10 +30,13 @@ struct Q8Block {
 };
 static_assert(sizeof(Q8Block) == 34, "block_q8_0 is 34 bytes");
 
+// Whether this CPU runs localspec's int8 kernels (x86-64 with AVX2, AVX-VNNI or AVX512-VNNI):
+// asked of the Q8_0 head's kernels, and it holds for the Q6_K head's and the body matmuls'
+// (body_matmul.h) too, which run on the same instruction sets (head_kernel_names()).
+bool int8_kernels_supported();
+
 class Q8Head : public OutputHead {
 public:
-    // Whether this CPU runs one of the kernels (x86-64 with AVX2, AVX-VNNI or AVX512-VNNI).
-    static bool cpu_supported();
     // The kernels this CPU can run, fastest first (head_kernel_names()).
     static std::vector<std::string> kernel_names();
     // Memory of the repacked copy for a head of this shape.
@@ -78,7 +81,7 @@ uint64_t q8_packed_scale_bytes(int64_t n_out, int n_in);
 bool q8_pack(const Q8Block* rows, int64_t n_out, int n_in, uint8_t* weights, uint16_t* scales);
 // out[j * n_out + o] = row o . x row j (j < n_rows, x rows of n_in floats one after another),
 // for the rows o of the 8-row groups `next` hands out, with the fastest kernel this CPU runs
-// (Q8Head::cpu_supported() must hold). Each output is a sum over blocks in one order whatever
+// (int8_kernels_supported() must hold). Each output is a sum over blocks in one order whatever
 // n_rows and the groups: the same bits for a row in every batch and every split over threads.
 void q8_matmul(const Q8PackedMatrix& m, const float* x, int n_rows, float* out, const GroupRanges& next);
 

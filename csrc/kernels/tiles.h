@@ -4,7 +4,7 @@
 // The one place that picks an architecture's kernels, as ggml-cpu's arch-fallback.h does for
 // ggml's: x86-64 (GCC or Clang) has them, in csrc/kernels/x86/ (AVX2, AVX-VNNI, AVX512-VNNI);
 // every other build gets the generic fallback below, empty tables, so the heads and the body
-// matmuls report themselves unsupported (Q8Head::cpu_supported(), q4k_matmul_supported()) and
+// matmuls report themselves unsupported (int8_kernels_supported(), q4k_matmul_supported()) and
 // llama.cpp's own kernels do the products. Another architecture adds its folder and its branch
 // here.
 #pragma once

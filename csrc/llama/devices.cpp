@@ -1,5 +1,5 @@
 // The compute devices ggml's backend registry reports (the memory planner's input). Uses
-// ggml-backend.h only; llama.h stays in llama_backend.cpp.
+// ggml-backend.h only, not llama.h.
 #include <ggml-backend.h>
 
 #include "llama/llama_backend.h"

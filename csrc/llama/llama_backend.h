@@ -1,6 +1,7 @@
-// The thin layer over llama.cpp's C API. This header exposes plain C++ types only; the one
-// source file that includes llama.h is llama_backend.cpp. When llama.cpp's API changes, this
-// pair of files is the only place to edit.
+// The thin layer over llama.cpp's C API. This header exposes plain C++ types only; its source
+// files (log, model, extensions, context, head_context, mtp_context, quantize, grammar .cpp,
+// sharing impl.h) are csrc/llama/, the only folder that includes llama.h. ggml's own headers are
+// read elsewhere too (the kernels, RPC, the EAGLE-3 head, the MTP drafter, the feature collector).
 #pragma once
 
 #include <cstdint>
@@ -60,18 +61,14 @@ public:
     // matches), instead of nothing.
     std::string token_piece(Token token, bool special = false) const;
     bool is_end_of_generation(Token token) const;
-    bool add_bos() const;
     std::vector<Token> tokenize(const std::string& text, bool add_special, bool parse_special) const;
     std::string detokenize(const std::vector<Token>& tokens) const;
     std::string chat_template() const;  // "" when the GGUF has none
     std::string description() const;
     std::string metadata(const std::string& key) const;  // "" when absent
-    int n_ctx_train() const;
     int n_layer() const;
     int n_embd() const;
-    int n_layer_nextn() const;  // MTP (NextN) layers after the trunk; 0: none
     std::string architecture() const;  // general.architecture
-    uint64_t size_bytes() const;
     // How the model remembers a sequence: "attention" (a KV entry per position), "recurrent"
     // (one state: Mamba, RWKV) or "hybrid" (both: Jamba, LFM2, Qwen3-Next, Qwen3.5, ...).
     std::string memory_kind() const;

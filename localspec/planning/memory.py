@@ -34,8 +34,7 @@ def widened_types(*, exact: bool, fast_body: bool, repack: bool = True, rpc: boo
                   gpu_backend: bool = False,
                   faster: tuple[str, ...] | None = None) -> tuple[str, ...]:
     """The body matrix types localspec's kernels hold in a larger layout, by the rule the core
-    applies (csrc/engine/engine.cpp, BodyKernelClaim; csrc/llama/llama_backend.cpp): in exact mode
-    every
+    applies (csrc/engine/engine.cpp, BodyKernelClaim; csrc/llama/model.cpp): in exact mode every
     quantized matrix is theirs; in default mode the ``faster`` types (default: this CPU's,
     ``_core.faster_body_types()``) with ``fast_body``, unless ``repack`` is off (the file's
     layout) or a GPU backend's pinned host memory takes the CPU-held matrices first
@@ -73,8 +72,7 @@ class ModelMemory:
     # when this model's head stays in host memory.
     head_copy_bytes: int = 0
     # An EAGLE-3 head: its context runs micro-batches of HEAD_UBATCH rows
-    # (csrc/llama/llama_backend.cpp,
-    # HeadContext), and its KV cache is its one layer's.
+    # (csrc/llama/head_context.cpp, HeadContext), and its KV cache is its one layer's.
     is_head: bool = False
     # MTP (NextN) layers after the trunk: their KV lives in the MTP context, not the target's
     # (their weights are counted with the target's; llama.cpp loads them only for MTP drafting).

@@ -1,5 +1,4 @@
-"""``localspec/_core.pyi`` says what the binding (csrc/python/bindings.cpp) has: every name in the
-stubs
+"""``localspec/_core.pyi`` says what the binding (csrc/python/) has: every name in the stubs
 exists in the compiled module (and its ``testing`` submodule, stubbed as ``_Testing``), and every
 public name of the module is in the stubs."""
 

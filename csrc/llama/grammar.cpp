@@ -1,0 +1,79 @@
+// Grammar: a GBNF grammar's state over llama.cpp's grammar sampler (which tokens may come next,
+// accepting them one by one).
+#include "llama/llama_backend.h"
+
+#include <llama.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/errors.h"
+#include "llama/impl.h"
+
+namespace localspec {
+
+struct Grammar::Impl {
+    llama_sampler* sampler = nullptr;
+    std::vector<llama_token_data> buffer;  // the whole vocabulary, for mask()
+    ~Impl() {
+        if (sampler) llama_sampler_free(sampler);
+    }
+};
+
+Grammar::Grammar(const Model& model, const std::string& gbnf) : impl_(std::make_unique<Impl>()) {
+    take_last_error();
+    impl_->sampler = llama_sampler_init_grammar(model.impl_->vocab, gbnf.c_str(), "root");
+    if (!impl_->sampler) {
+        std::string reason = take_last_error();
+        while (!reason.empty() && (reason.back() == '\n' || reason.back() == ' ')) reason.pop_back();
+        throw UserError(ErrorKind::InvalidParameter, "the grammar does not parse" +
+                                                         (reason.empty() ? std::string() : " (" + reason + ")") +
+                                                         "; check its GBNF syntax (llama.cpp's grammars/README.md).");
+    }
+}
+
+Grammar::~Grammar() = default;
+
+std::unique_ptr<Grammar> Grammar::clone() const {
+    std::unique_ptr<Grammar> out(new Grammar());
+    out->impl_ = std::make_unique<Impl>();
+    out->impl_->sampler = llama_sampler_clone(impl_->sampler);
+    return out;
+}
+
+bool Grammar::allows(Token token) const {
+    llama_token_data one{token, 0.0f, 0.0f};
+    llama_token_data_array array{&one, 1, -1, false};
+    llama_sampler_apply(impl_->sampler, &array);
+    return one.logit != -INFINITY;
+}
+
+std::vector<Token> Grammar::allowed(const std::vector<Token>& candidates) const {
+    auto& buffer = impl_->buffer;
+    buffer.resize(candidates.size());
+    for (size_t i = 0; i < candidates.size(); ++i) buffer[i] = {candidates[i], 0.0f, 0.0f};
+    llama_token_data_array array{buffer.data(), buffer.size(), -1, false};
+    llama_sampler_apply(impl_->sampler, &array);
+    std::vector<Token> out;
+    for (size_t i = 0; i < array.size; ++i) {
+        if (array.data[i].logit != -INFINITY) out.push_back(array.data[i].id);
+    }
+    return out;
+}
+
+void Grammar::mask(float* logits, int n_vocab) {
+    auto& buffer = impl_->buffer;
+    buffer.resize(static_cast<size_t>(n_vocab));
+    for (int i = 0; i < n_vocab; ++i) buffer[static_cast<size_t>(i)] = {i, 0.0f, 0.0f};
+    llama_token_data_array array{buffer.data(), buffer.size(), -1, false};
+    llama_sampler_apply(impl_->sampler, &array);
+    for (size_t i = 0; i < array.size; ++i) {
+        if (array.data[i].logit == -INFINITY) logits[array.data[i].id] = -INFINITY;
+    }
+}
+
+void Grammar::accept(Token token) { llama_sampler_accept(impl_->sampler, token); }
+
+}  // namespace localspec
