@@ -54,6 +54,13 @@ class RemoteWorkerError(LocalspecError):
     status_code = 503
 
 
+class GenerationFailedError(LocalspecError):
+    """The core ended one generation on a failure of its own (not the request's); the others
+    in its batch went on. Reported as a server error, without the request's data."""
+
+    status_code = 500
+
+
 class RpcUnavailableError(LocalspecError):
     """The installed llama-cpp-python build has no RPC backend."""
 

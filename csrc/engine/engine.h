@@ -107,7 +107,12 @@ struct GenerateResult {
     std::string text;
     std::vector<Token> tokens;
     std::vector<Provenance> provenance;
-    std::string finish_reason;  // "stop", "length" or "cancelled"
+    std::string finish_reason;  // "stop", "length", "cancelled" or "error"
+    // With finish_reason "error": the sentence saying why this generation alone failed, and
+    // whether it was the request's own mistake (a UserError: its grammar cannot go on) or the
+    // core's.
+    std::string error;
+    bool error_is_users = false;
     GenerationStats stats;
     // Per target pass: its rows (k + 1) and how many tokens it emitted (accepted + 1).
     std::vector<int> pass_rows, pass_emitted;
@@ -191,6 +196,9 @@ private:
     void roll_back(Sequence& s);
     void emit(Sequence& s, bool shared_pass);
     void finish(Sequence& s, const std::string& reason);
+    void fail(Sequence& s, bool users, const std::string& what);
+    template <class Work>
+    std::vector<Sequence*> each_guarded(const std::vector<Sequence*>& batch, Work&& work);
     void resolve_unverified(Sequence& s);
     std::vector<TokenLogprob> step_logprobs(const Sequence& s, int n_top) const;
     // Generations joining and their slots (engine.cpp).

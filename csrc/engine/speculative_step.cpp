@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/clock.h"
+#include "base/errors.h"
 #include "engine/engine.h"
 #include "draft/forced_drafter.h"
 #include "engine/sequence.h"
@@ -45,6 +46,10 @@ void cut(Sequence::Step& step, size_t n) {
 
 // Invariant on entry and exit, for every generation in `batch`: its cache slot holds
 // history[0 .. n-2] and history.back() is the newest emitted token, not processed yet.
+//
+// A failure that belongs to one generation (its grammar, its drafter, its detokenized text, its
+// caller's callback) ends that generation alone (finish_reason "error", SpecEngine::fail); the
+// others go on with the step. Only a failed target pass ends them all (step()).
 void SpecEngine::speculative_step(const std::vector<Sequence*>& batch) {
     // Exact mode keeps each generation's passes to itself (its own KV stream): the generations
     // take turns, a whole step each, exactly as each would run alone.
@@ -54,20 +59,53 @@ void SpecEngine::speculative_step(const std::vector<Sequence*>& batch) {
     }
     // 1. Draft: each generation as it would alone; then, when several share the pass, only the
     //    draft rows that pay for themselves in the batch's tokens per second.
-    for (Sequence* s : batch) draft(*s);
-    if (batch.size() > 1) fit_drafts_to_batch(batch);
+    std::vector<Sequence*> live = each_guarded(batch, [&](Sequence& s) { draft(s); });
+    if (live.empty()) return;
+    if (live.size() > 1) fit_drafts_to_batch(live);
     // 2. Verify: ONE target pass holding every generation's rows [last, d1..dk].
-    const double pass_seconds = verify(batch);
+    const double pass_seconds = verify(live);
     // 3. Accept: each keeps n drafts plus one correction (after a rejection) or bonus token.
-    for (Sequence* s : batch) {
-        s->step.verify_seconds = pass_seconds;
-        accept(*s);
-    }
+    live = each_guarded(live, [&](Sequence& s) {
+        s.step.verify_seconds = pass_seconds;
+        accept(s);
+    });
     // 4. Roll back: each cache keeps `last` and its accepted drafts (after every row was read:
     //    dropping cache entries ends the pass's logits).
-    for (Sequence* s : batch) roll_back(*s);
+    live = each_guarded(live, [&](Sequence& s) { roll_back(s); });
     // 5. Emit.
-    for (Sequence* s : batch) emit(*s, batch.size() > 1);
+    const bool shared = live.size() > 1;
+    each_guarded(live, [&](Sequence& s) { emit(s, shared); });
+}
+
+// `work` for each generation in `batch`; one that throws is failed (SpecEngine::fail) and left
+// out of the generations returned, which go on.
+template <class Work>
+std::vector<Sequence*> SpecEngine::each_guarded(const std::vector<Sequence*>& batch, Work&& work) {
+    std::vector<Sequence*> live;
+    live.reserve(batch.size());
+    for (Sequence* s : batch) {
+        try {
+            work(*s);
+            live.push_back(s);
+        } catch (const UserError& e) {  // the request's own mistake (a grammar that cannot go on)
+            fail(*s, true, e.what());
+        } catch (const std::exception& e) {  // anything else: the generation ends, the step goes on
+            fail(*s, false, e.what());
+        }
+    }
+    return live;
+}
+
+// The generation ends with finish_reason "error" and one sentence, at most kErrorChars of it
+// (`users`: the request's own mistake, a UserError; else a failure of the core);
+// its cache slot is cleared, since a failure between the pass and the rollback leaves rows in
+// it that no history accounts for.
+void SpecEngine::fail(Sequence& s, bool users, const std::string& what) {
+    constexpr size_t kErrorChars = 400;
+    s.result.error_is_users = users;
+    s.result.error = what.size() <= kErrorChars ? what : what.substr(0, kErrorChars) + "...";
+    finish(s, "error");
+    clear_slot(s.slot);
 }
 
 void SpecEngine::draft(Sequence& s) {

@@ -46,7 +46,7 @@ std::unique_ptr<Grammar> Grammar::clone() const {
 bool Grammar::allows(Token token) const {
     llama_token_data one{token, 0.0f, 0.0f};
     llama_token_data_array array{&one, 1, -1, false};
-    llama_sampler_apply(impl_->sampler, &array);
+    apply(array);
     return one.logit != -INFINITY;
 }
 
@@ -55,7 +55,7 @@ std::vector<Token> Grammar::allowed(const std::vector<Token>& candidates) const 
     buffer.resize(candidates.size());
     for (size_t i = 0; i < candidates.size(); ++i) buffer[i] = {candidates[i], 0.0f, 0.0f};
     llama_token_data_array array{buffer.data(), buffer.size(), -1, false};
-    llama_sampler_apply(impl_->sampler, &array);
+    apply(array);
     std::vector<Token> out;
     for (size_t i = 0; i < array.size; ++i) {
         if (array.data[i].logit != -INFINITY) out.push_back(array.data[i].id);
@@ -63,17 +63,47 @@ std::vector<Token> Grammar::allowed(const std::vector<Token>& candidates) const 
     return out;
 }
 
+// A grammar that allows no token at all here matches nothing from this point: sampling from an
+// all -infinity row would emit an arbitrary token, so the generation stops with a sentence
+// instead (a grammar that matched nothing used to answer with replacement characters).
 void Grammar::mask(float* logits, int n_vocab) {
     auto& buffer = impl_->buffer;
     buffer.resize(static_cast<size_t>(n_vocab));
     for (int i = 0; i < n_vocab; ++i) buffer[static_cast<size_t>(i)] = {i, 0.0f, 0.0f};
     llama_token_data_array array{buffer.data(), buffer.size(), -1, false};
-    llama_sampler_apply(impl_->sampler, &array);
+    apply(array);
+    bool any = false;
     for (size_t i = 0; i < array.size; ++i) {
-        if (array.data[i].logit == -INFINITY) logits[array.data[i].id] = -INFINITY;
+        if (array.data[i].logit == -INFINITY) {
+            logits[array.data[i].id] = -INFINITY;
+        } else {
+            any = true;
+        }
+    }
+    if (!any) {
+        throw UserError(ErrorKind::InvalidParameter,
+                        "the grammar allows no token at this point, so no text can match it; "
+                        "check that its rules can be completed by the model's tokens.");
     }
 }
 
-void Grammar::accept(Token token) { llama_sampler_accept(impl_->sampler, token); }
+// llama.cpp's grammar sampler throws std::runtime_error when its state cannot take a token
+// (e.g. "Unexpected empty grammar stack"): that is the request's grammar failing, not the core.
+void Grammar::apply(llama_token_data_array& array) const {
+    try {
+        llama_sampler_apply(impl_->sampler, &array);
+    } catch (const std::exception& e) {
+        throw UserError(ErrorKind::InvalidParameter, std::string("the grammar failed: ") + e.what());
+    }
+}
+
+void Grammar::accept(Token token) {
+    try {
+        llama_sampler_accept(impl_->sampler, token);
+    } catch (const std::exception& e) {
+        throw UserError(ErrorKind::InvalidParameter,
+                        std::string("the grammar cannot go on after the model's token: ") + e.what());
+    }
+}
 
 }  // namespace localspec

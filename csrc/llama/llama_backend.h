@@ -11,6 +11,8 @@
 
 #include "llama/feature_log.h"
 
+struct llama_token_data_array;  // llama.h's, for Grammar's private apply
+
 namespace localspec {
 
 using Token = int32_t;
@@ -326,6 +328,7 @@ public:
 
 private:
     Grammar() = default;
+    void apply(llama_token_data_array& array) const;  // llama.cpp's errors as UserError
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

@@ -165,6 +165,8 @@ private:
         d["tokens"] = result.tokens;
         d["provenance"] = provenance_ints(result.provenance);
         d["finish_reason"] = result.finish_reason;
+        d["error"] = to_str(result.error);
+        d["error_is_users"] = result.error_is_users;
         d["pass_rows"] = result.pass_rows;
         d["pass_emitted"] = result.pass_emitted;
         d["logprobs"] = logprobs_to_list(result.logprobs);

@@ -18,8 +18,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from localspec import _core
-from localspec.errors import EngineClosedError
+from localspec.errors import EngineClosedError, GenerationFailedError, InvalidParameterError
 from localspec.runtime.convert import logprobs_from_core, params_to_core, stats_from_core
+from localspec.text.grammar_check import GrammarError
 from localspec.types import (
     Chunk,
     EngineInfo,
@@ -177,6 +178,15 @@ class EngineLoop:
                 self._finish(handle, result, None)
 
     def _result(self, raw: dict[str, Any], params: GenerationParams) -> GenerationResult:
+        if raw["finish_reason"] == "error":  # this generation alone failed (csrc: fail)
+            if raw["error_is_users"]:
+                message = f"The generation stopped: {raw['error']}"
+                if params.grammar is not None:  # a grammar is the request's one way to fail here
+                    raise GrammarError(message)
+                raise InvalidParameterError(message)
+            raise GenerationFailedError(
+                f"The generation failed and was ended alone ({raw['error']}); the engine goes "
+                "on serving the others.")
         result = GenerationResult(
             text=raw["text"],
             tokens=list(raw["tokens"]),
