@@ -39,7 +39,7 @@ from localspec.bench.invariance import differing_row_counts
 from localspec.bench.prompts import load_prompts
 path, settings = sys.argv[1], json.loads(sys.argv[2])
 options = _core.EngineOptions()
-options.target_path, options.drafter, options.n_ctx = path, "none", 2048
+options.target_path, options.drafter_kind, options.n_ctx = path, "none", 2048
 options.n_threads = settings.pop("threads", 2)
 for key, value in settings.items():
     setattr(options, key, value)

@@ -11,7 +11,8 @@ AUTO_DRAFT_MAX: int  # the longest draft the adaptive controller may choose
 
 class EngineOptions:
     target_path: str
-    drafter: str
+    drafter_kind: str
+    drafter_path: str
     n_ctx: int
     n_threads: int
     n_gpu_layers_target: int

@@ -13,8 +13,10 @@ Spellings (``--draft``, models.toml's ``drafter``, ``Engine.load(draft=...)``):
 - ``auto`` (the default): ``mtp`` when the target carries MTP layers localspec can run, else
   ``ngram`` (resolved when loading: localspec.runtime.loading.resolve_auto).
 
-A new kind is one more entry: a keyword in ``KEYWORD_KINDS`` or a prefix in ``PREFIX_KINDS``
-(and the matching case in the C++ core's drafter factory, csrc/engine/engine.cpp).
+A new kind is one more entry: a keyword in ``KEYWORD_KINDS`` or a prefix in ``PREFIX_KINDS``,
+its translation into the core's drafter kind (localspec.runtime.loading.core_drafter, which
+also decides whether a model path is a draft model or an EAGLE-3 head) and the matching case of
+the core's drafter factory (csrc/engine/engine.cpp, parse_drafter, which only checks).
 """
 
 from __future__ import annotations

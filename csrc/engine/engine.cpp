@@ -47,7 +47,7 @@ std::shared_ptr<Model> load_target(const EngineOptions& options) {
                          : options.exact      ? BodyKernelClaim::All
                          : options.fast_body && options.repack ? BodyKernelClaim::Faster
                                               : 0;
-    model.load_mtp = options.drafter == "mtp";
+    model.load_mtp = options.drafter_kind == "mtp";
     model.rpc = options.rpc;
     return std::make_shared<Model>(model);
 }
@@ -122,29 +122,35 @@ std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, const Drafte
     return std::make_unique<ForcedDrafter>(target, configured_drafter(options, spec, target, target_ctx));
 }
 
-DrafterSpec parse_drafter(const std::string& drafter, const std::string& target_path) {
-    if (drafter == "none" || drafter == "ngram") return {drafter, "", false, std::nullopt};
-    if (drafter == "mtp") {
-        const std::string why = mtp_unsupported(target_path);
+// The drafter EngineOptions names, checked (the kinds and what each needs are the Python layer's
+// decision; this only refuses what cannot run).
+DrafterSpec parse_drafter(const EngineOptions& options) {
+    const std::string& kind = options.drafter_kind;
+    const std::string& path = options.drafter_path;
+    if (kind == "none" || kind == "ngram") return {kind, "", false, std::nullopt};
+    if (kind == "mtp") {
+        const std::string why = mtp_unsupported(options.target_path);
         if (!why.empty()) throw UserError(ErrorKind::InvalidParameter, why);
-        return {drafter, "", true, std::nullopt};
+        return {kind, "", true, std::nullopt};
     }
-    bool with_ngram = false;
-    std::string path = drafter;
-    for (const std::string prefix : {"hybrid:", "eagle3:"}) {
-        if (drafter.rfind(prefix, 0) == 0) {
-            with_ngram = true;
-            path = drafter.substr(prefix.size());
-        }
+    if (kind != "model" && kind != "hybrid" && kind != "head" && kind != "eagle3") {
+        throw UserError(ErrorKind::InvalidParameter, "unknown drafter kind '" + kind.substr(0, 40) + "'.");
     }
+    if (path.empty()) throw UserError(ErrorKind::InvalidParameter, "a " + kind + " drafter needs a model path.");
+    const bool with_ngram = kind == "hybrid" || kind == "eagle3";
     std::optional<Eagle3Info> head = read_eagle3_info(path);
+    const bool wants_head = kind == "head" || kind == "eagle3";
+    if (wants_head != head.has_value()) {
+        throw UserError(ErrorKind::InvalidParameter,
+                        "'" + path + "' is " + (head ? "an EAGLE-3 head, not a draft model" : "not an EAGLE-3 head") + ".");
+    }
     return {head ? "eagle3" : "model", path, with_ngram, std::move(head)};
 }
 
 }  // namespace
 
 SpecEngine::SpecEngine(const EngineOptions& options)
-    : SpecEngine(options, parse_drafter(options.drafter, options.target_path)) {}
+    : SpecEngine(options, parse_drafter(options)) {}
 
 SpecEngine::SpecEngine(const EngineOptions& options, const DrafterSpec& drafter)
     : exact_(options.exact),

@@ -17,7 +17,7 @@
 
 namespace localspec {
 
-struct DrafterSpec;  // EngineOptions::drafter, parsed (engine.cpp)
+struct DrafterSpec;  // EngineOptions' drafter_kind and drafter_path, checked (engine.cpp)
 struct Sequence;     // one generation in flight (sequence.h)
 
 enum class Provenance : uint8_t { Draft = 0, Target = 1 };
@@ -28,8 +28,12 @@ constexpr int kAutoDraftMax = 15;
 
 struct EngineOptions {
     std::string target_path;
-    // "none", "ngram", "mtp", a draft GGUF's path, "hybrid:PATH" or "eagle3:PATH" (engine.cpp, parse_drafter)
-    std::string drafter = "ngram";
+    // The drafter, decided by localspec's Python layer (localspec/runtime/loading.py,
+    // core_drafter), which owns the spelling: "none", "ngram", "mtp" (n-gram, then the
+    // target's MTP layers), "model" (the draft GGUF at drafter_path), "hybrid" (n-gram, then
+    // that model), "head" (the EAGLE-3 head at drafter_path) or "eagle3" (n-gram, then that head).
+    std::string drafter_kind = "ngram";
+    std::string drafter_path;
     int n_ctx = 4096;
     int n_threads = 0;
     int n_gpu_layers_target = -1;

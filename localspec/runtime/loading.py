@@ -26,9 +26,18 @@ def canonical_drafter(drafter: DrafterSpec) -> DrafterSpec:
     """The drafter the engine reports: n-gram lookup chained with an EAGLE-3 head is
     "eagle3:PATH" whether it was asked for so or as "hybrid:PATH"; a bare head path is the head
     alone, as a bare draft model path is that model alone."""
-    if drafter.kind == "hybrid" and drafter.path is not None and is_head(drafter.path):
-        return DrafterSpec("eagle3", drafter.path)
-    return drafter
+    kind, path = core_drafter(drafter)
+    return DrafterSpec("eagle3", path) if kind == "eagle3" else drafter
+
+
+def core_drafter(drafter: DrafterSpec) -> tuple[str, str]:
+    """(kind, path) of EngineOptions: the one place a drafter's spelling becomes what the core
+    runs. A model path is a draft model or, when the file is an EAGLE-3 head, that head:
+    "model" / "head" alone, "hybrid" / "eagle3" after n-gram lookup (hybrid:HEAD is eagle3)."""
+    path = drafter.path or ""
+    if drafter.kind in ("model", "hybrid", "eagle3") and is_head(path):
+        return ("head" if drafter.kind == "model" else "eagle3"), path
+    return drafter.kind, path
 
 
 def is_head(path: str) -> bool:
@@ -255,7 +264,7 @@ def engine_options(options: LoadOptions) -> _core.EngineOptions:
     owns is set here."""
     core_options = _core.EngineOptions()
     core_options.target_path = options.target
-    core_options.drafter = str(options.draft)
+    core_options.drafter_kind, core_options.drafter_path = core_drafter(options.draft)
     core_options.n_ctx = options.n_ctx
     core_options.n_threads = options.n_threads or 0
     core_options.n_gpu_layers_target = options.n_gpu_layers

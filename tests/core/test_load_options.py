@@ -48,4 +48,4 @@ def test_the_values_are_load_options(monkeypatch: pytest.MonkeyPatch) -> None:
     core_options = loading.engine_options(options)
     assert (core_options.draft_p_min, core_options.n_seq) == (0.25, 3)
     assert core_options.n_gpu_layers_draft == 7  # None: the target's
-    assert core_options.drafter == "ngram"
+    assert (core_options.drafter_kind, core_options.drafter_path) == ("ngram", "")

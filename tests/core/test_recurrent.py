@@ -86,7 +86,7 @@ def test_the_core_never_drafts_what_it_cannot_take_back(mamba_path: Path) -> Non
     depth 0), so the step caps every draft at 0 tokens, even a fixed-length one, instead of
     continuing from a state it could not roll back."""
     options = _core.EngineOptions()
-    options.target_path, options.drafter, options.n_ctx, options.n_threads = (
+    options.target_path, options.drafter_kind, options.n_ctx, options.n_threads = (
         str(mamba_path), "ngram", 512, 1
     )
     core = _core.Core(options)
