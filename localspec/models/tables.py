@@ -112,11 +112,13 @@ def read_table(model: type[_Table], table: Any, origin: str, section: str,
         return model.model_validate(table)
     except ValidationError as error:
         errors = sorted(error.errors(), key=lambda e: e["type"] != "extra_forbidden")
-        problem = _problem(errors[0], model, table).format(embedded=embedded)
+        problem = _problem(errors[0], model, table).replace("{embedded}", embedded)
         raise table_error(origin, section, problem) from None
 
 
 def _problem(error: Any, model: type[_Table], table: dict[str, Any]) -> str:
+    if len(error["loc"]) > 1:
+        return _nested_problem(error, table)
     key = str(error["loc"][0]) if error["loc"] else ""
     value = table.get(key)
     if error["type"] == "extra_forbidden":
@@ -131,6 +133,29 @@ def _problem(error: Any, model: type[_Table], table: dict[str, Any]) -> str:
         reason = str(error.get("ctx", {}).get("error", error["msg"])).rstrip(".")
         return f"{key} = {value!r} is invalid: {reason}"
     return f"{key} = {value!r} has the wrong type"
+
+
+def _nested_problem(error: Any, table: dict[str, Any]) -> str:
+    """A problem inside a key's list or table, named by its path (``parts[3].file``)."""
+    loc = error["loc"]
+    where = str(loc[0]) + "".join(f"[{step}]" if isinstance(step, int) else f".{step}"
+                                  for step in loc[1:])
+    value: Any = table
+    for step in loc:
+        if isinstance(value, dict):
+            value = value.get(step)
+        elif isinstance(value, list) and isinstance(step, int) and step < len(value):
+            value = value[step]
+        else:
+            value = None
+    if error["type"] == "extra_forbidden":
+        return f"has unknown key {where}"
+    if error["type"] == "missing":
+        return f"needs {where}"
+    if error["type"] == "value_error":
+        reason = str(error.get("ctx", {}).get("error", error["msg"])).rstrip(".")
+        return f"{where} = {value!r} is invalid: {reason}"
+    return f"{where} = {value!r} has the wrong type"
 
 
 def table_error(origin: str, section: str, what: str) -> LocalspecError:
