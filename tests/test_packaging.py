@@ -19,7 +19,7 @@ else:
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = (ROOT / "localspec", ROOT / "tui" / "localspec_tui")
-USER_EXTRAS = ("default-model", "plot", "train")  # not "test": users never install it
+USER_EXTRAS = ("default-model", "coder", "plot", "train")  # not "test": users never install it
 
 
 def imported_modules() -> dict[str, str]:
@@ -74,3 +74,21 @@ def test_every_imported_library_comes_with_the_install_or_a_user_extra() -> None
     }
     assert not missing, (f"imported but not installed for users: {missing}; add them to "
                          "pyproject.toml's dependencies (or a user-facing extra)")
+
+
+def test_each_extra_of_carried_models_pins_exactly_their_packages() -> None:
+    """pypi_models.toml names an extra for each model carried by index packages; that extra
+    pins exactly the packages and versions of its models' parts (==), nothing else."""
+    from localspec.models.pypi import carried_models
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))[
+        "project"]["optional-dependencies"]
+    wanted: dict[str, set[str]] = {}
+    for model in carried_models().values():
+        wanted.setdefault(model.extra, set()).update(
+            f"{part.package}=={part.version}" for part in model.parts)
+    assert wanted, "no carried models"
+    for extra, pins in wanted.items():
+        declared = {str(Requirement(text)) for text in extras[extra]}
+        assert declared == pins, f"[{extra}] differs from pypi_models.toml: {declared ^ pins}"
+    assert len(wanted["coder"]) == 28

