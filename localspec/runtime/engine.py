@@ -258,7 +258,11 @@ class Engine(WorkerSupervision):
         does not parse or passes ``limits``: localspec's check first (localspec.text.
         grammar_check), so that llama.cpp's parser only meets grammars it accepts, then
         llama.cpp's own (which also resolves ``<text>`` token references)."""
-        check_grammar(gbnf, self.info.n_vocab, limits, param)
+        shape = check_grammar(gbnf, self.info.n_vocab, limits, param)
+        for text in dict.fromkeys(shape.token_texts):
+            if len(self.tokenize(text, add_special=False, parse_special=True)) != 1:
+                raise GrammarError(f"The grammar is invalid: the token reference "
+                                   f"{text[:60]!r} is not exactly one token of this model.", param)
         with self._text_lock.shared():
             try:
                 self._core.check_grammar(gbnf)

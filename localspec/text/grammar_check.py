@@ -58,6 +58,10 @@ class GrammarShape:
     alternatives: int
     elements: int
     depth: int
+    # The ``<text>`` token references, as written (brackets included): llama.cpp tokenizes each
+    # and refuses (echoing the whole grammar to stderr) unless it is exactly one token, which
+    # only a caller with the vocabulary can check first (Engine.check_grammar).
+    token_texts: tuple[str, ...] = ()
 
 
 class GrammarError(InvalidParameterError):
@@ -134,6 +138,7 @@ class _Parser:
         self.elements = 0
         self.depth = 0
         self.deepest = 0
+        self.token_texts: list[str] = []
 
     # ---- errors and limits
 
@@ -239,7 +244,8 @@ class _Parser:
             raise self.fail("a token reference is not closed with '>'", start)
         if "\0" in self.src[pos:end]:
             raise self.fail("a token reference holds a NUL byte", start)
-        return end + 1  # whether the text is one token is llama.cpp's check (a clean error)
+        self.token_texts.append(self.src[start:end + 1])
+        return end + 1
 
     # ---- the grammar, as parse_rule / parse_alternates / parse_sequence
 
@@ -254,7 +260,7 @@ class _Parser:
         if "root" not in self.symbols:
             raise GrammarError("The grammar is invalid: it has no 'root' rule.", self.param)
         return GrammarShape(len(self.symbols) + self.generated, self.alternatives, self.elements,
-                            self.deepest)
+                            self.deepest, tuple(self.token_texts))
 
     def rule(self, pos: int) -> int:
         end = self.name(pos)

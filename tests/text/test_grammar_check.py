@@ -152,3 +152,11 @@ def test_the_engine_refuses_before_the_core(engine: Engine) -> None:
     llama.cpp (whose parser would generate rules until memory runs out)."""
     with pytest.raises(GrammarError, match="minimum above its maximum"):
         engine.generate("hi", GenerationParams(max_tokens=4, grammar='root ::= "a"{3,1}'))
+
+
+def test_a_text_token_reference_must_be_one_token(engine: Engine) -> None:
+    """llama.cpp refuses it too, but only after echoing the whole grammar to stderr."""
+    special = engine.token_text(engine.info.n_vocab - 1)  # the tiny model's <|im_end|>
+    engine.check_grammar(f'root ::= "a" {special}')
+    with pytest.raises(GrammarError, match="is not exactly one token"):
+        engine.check_grammar('root ::= <two words here>')

@@ -1,0 +1,95 @@
+"""Does one client's grammar slow or change the others' streams? (issue 48's measured goal)
+
+Three greedy streams run together on one engine (--parallel 4), in four arms taken in turns:
+alone; beside a fourth plain stream; beside a fourth stream under the costliest grammar the
+default limits accept (1,024 alternatives); beside a fourth whose grammar fails in its first
+step. Each arm's streams must give their solo outputs; their tokens/s are reported as a ratio
+to the "alone" arm (median of the rounds), with the worst stream.
+
+    python benchmarks/grammar_isolation.py [--target GGUF] [--rounds 3] [--max-tokens 96]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from dataclasses import replace
+
+from localspec.errors import LocalspecError
+from localspec.models.registry import load_registry
+from localspec.runtime.engine import Engine
+from localspec.text.grammar_check import DEFAULT_LIMITS
+from localspec.types import GenerationParams
+
+PROMPTS = [
+    "The history of the printing press begins",
+    "def parse_config(path):\n    \"\"\"Read a TOML file and",
+    "Here is a short story about a lighthouse keeper:",
+]
+FOURTH = "Write a list of fruits:"
+
+
+def costly_grammar() -> str:
+    """As many '|' branches as the default limits allow, repeated: a word from that list, then
+    more words."""
+    words = " | ".join(f'"w{i}"' for i in range(DEFAULT_LIMITS.max_alternatives))
+    return f"root ::= word (\" \" word)*\nword ::= {words}\n"
+
+
+def run_arm(engine: Engine, params: GenerationParams, fourth: GenerationParams | None
+            ) -> tuple[list[list[int]], list[float], str]:
+    handles = [engine.submit(p, params) for p in PROMPTS]
+    extra = engine.submit(FOURTH, fourth) if fourth is not None else None
+    results = [h.result(timeout=600) for h in handles]
+    note = ""
+    if extra is not None:
+        try:
+            extra.result(timeout=600)
+        except LocalspecError as error:
+            note = str(error)[:80]
+    speeds = [r.stats.n_tokens / r.stats.generation_seconds for r in results]
+    return [r.tokens for r in results], speeds, note
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--target", help="target GGUF (default: the default pair's)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    target = args.target or str(load_registry().resolve_pair().target)
+    params = GenerationParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
+    arms = {
+        "alone": None,
+        "beside a plain stream": params,
+        "beside the costliest accepted grammar": replace(params, grammar=costly_grammar()),
+        "beside a grammar that fails": replace(params, grammar="root ::= <[0]>"),
+    }
+    with Engine.load(target, draft="none", n_threads=1) as solo:
+        expected = [solo.generate(p, params).tokens for p in PROMPTS]
+    speeds: dict[str, list[list[float]]] = {name: [] for name in arms}
+    identical = {name: True for name in arms}
+    notes: dict[str, str] = {}
+    with Engine.load(target, draft="ngram", n_threads=args.threads, parallel=4) as engine:
+        engine.warm_up()
+        for _ in range(args.rounds):
+            for name, fourth in arms.items():
+                tokens, per_stream, note = run_arm(engine, params, fourth)
+                identical[name] &= tokens == expected
+                speeds[name].append(per_stream)
+                notes[name] = note or notes.get(name, "")
+    base = [statistics.median(r[i] for r in speeds["alone"]) for i in range(len(PROMPTS))]
+    print(f"target {target}, {args.rounds} rounds, {args.max_tokens} tokens, greedy\n")
+    print("| arm | identical to solo | tokens/s ratio per stream (median) | worst | the 4th |")
+    print("|---|---|---|---|---|")
+    for name in arms:
+        ratios = [statistics.median(r[i] for r in speeds[name]) / base[i]
+                  for i in range(len(PROMPTS))]
+        cells = ", ".join(f"{x:.2f}" for x in ratios)
+        print(f"| {name} | {'yes' if identical[name] else 'NO'} | {cells} | {min(ratios):.2f} "
+              f"| {notes.get(name) or '-'} |")
+
+
+if __name__ == "__main__":
+    main()
