@@ -8,6 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 AUTO_DRAFT_MAX: int  # the longest draft the adaptive controller may choose
+ROLLBACK_DEPTH: int  # the positions a recurrent target keeps snapshots of
 
 class EngineOptions:
     target_path: str

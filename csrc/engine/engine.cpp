@@ -70,7 +70,7 @@ ContextOptions target_options(const EngineOptions& options, const DrafterSpec& s
     out.n_seq = options.n_seq;
     // A recurrent or hybrid target takes back at most this many rejected draft tokens (the
     // step caps its drafts at Context::rollback_depth); exact mode keeps it plain.
-    out.rollback_depth = spec.kind == "none" || options.exact ? 0 : kAutoDraftMax;
+    out.rollback_depth = spec.kind == "none" || options.exact ? 0 : kRollbackDepth;
     if (spec.head) {
         check_head_fits(spec.path, *spec.head, target);
         out.tap_layers = spec.head->target_layers;

@@ -25,6 +25,10 @@ enum class Provenance : uint8_t { Draft = 0, Target = 1 };
 // The longest draft the adaptive controller may choose ("auto" draft length; Python reads it
 // as _core.AUTO_DRAFT_MAX).
 constexpr int kAutoDraftMax = 15;
+// The newest positions a recurrent or hybrid target keeps snapshots of, so that a rollback can
+// drop them (Context::rollback_depth): enough for the longest "auto" draft, and the step caps
+// fixed-length drafts at it. Python's memory plan reads it as _core.ROLLBACK_DEPTH.
+constexpr int kRollbackDepth = kAutoDraftMax;
 
 struct EngineOptions {
     std::string target_path;
@@ -69,8 +73,11 @@ struct GenerateRequest {
     std::vector<Token> prompt;
     SamplingParams sampling;
     int max_tokens = 256;
-    int draft_max = 5;     // the longest draft per step; 0 = plain decoding
-    bool adaptive = true;  // let the controller pick k in [0, draft_max] each step
+    // The longest draft per step (0: plain decoding) and whether the controller picks k in
+    // [0, draft_max] each step. GenerationParams owns the defaults ("auto"; localspec/runtime/
+    // convert.py sets both); these are the same, for C++ callers.
+    int draft_max = kAutoDraftMax;
+    bool adaptive = true;
     bool ignore_eos = false;
     bool reuse_cache = true;  // keep the KV of a common prefix from the previous request
     std::vector<std::string> stop;

@@ -22,6 +22,7 @@ void translate_user_error(const UserError& e) {
 PYBIND11_MODULE(_core, m) {
     m.doc() = "localspec C++ core: speculative decoding over llama.cpp";
     m.attr("AUTO_DRAFT_MAX") = kAutoDraftMax;
+    m.attr("ROLLBACK_DEPTH") = kRollbackDepth;
 
     py::register_exception_translator([](std::exception_ptr p) {
         try {

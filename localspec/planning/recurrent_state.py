@@ -3,7 +3,7 @@
 llama.cpp keeps, per sequence and per recurrent layer, a convolution state (R) and a
 recurrent state (S) in float32 (``llama_memory_recurrent``; sizes from ``llama_hparams``
 ``n_embd_r`` / ``n_embd_s``). For the architectures whose graphs keep snapshots of it
-(``n_rs_seq``), the core asks for ``AUTO_DRAFT_MAX`` of them so that speculation can roll back
+(``n_rs_seq``), the core asks for ``ROLLBACK_DEPTH`` of them so that speculation can roll back
 (docs/design.md, "The speculative step"): 1 + 15 copies of the state per sequence.
 """
 
@@ -17,7 +17,9 @@ ROLLBACK_ARCHITECTURES = frozenset({
     "kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h",
     "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3",
 })
-ROLLBACK_DEPTH = 15  # the snapshots the core asks for: its kAutoDraftMax (_core.AUTO_DRAFT_MAX)
+# The snapshots the core asks for: its kRollbackDepth, which the memory plan reads without
+# loading the core (tests/core/test_hybrid.py checks that the two agree).
+ROLLBACK_DEPTH = 15
 _RECURRENT_TENSORS = (".ssm_", ".shortconv.", ".time_mix_")
 
 

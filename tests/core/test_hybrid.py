@@ -59,7 +59,7 @@ def test_the_target_is_hybrid_and_speculates(lfm2_path: Path) -> None:
     with Engine.load(lfm2_path, draft="ngram", n_ctx=512, n_threads=1) as engine:
         assert engine.info.memory == "hybrid" and engine.info.notice == ""
         assert engine.info.drafter == "ngram"
-        assert engine.info.rollback_depth == _core.AUTO_DRAFT_MAX == ROLLBACK_DEPTH
+        assert engine.info.rollback_depth == _core.ROLLBACK_DEPTH == ROLLBACK_DEPTH
 
 
 @pytest.mark.parametrize("draft_max", ["auto", 12, 40])
