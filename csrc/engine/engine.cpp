@@ -299,13 +299,16 @@ StepReport SpecEngine::step() {
         }
         batch.push_back(s.get());
     }
+    batch = take_turns(batch);
     if (!batch.empty()) {
+        const auto t0 = Clock::now();
         try {
             speculative_step(batch);
         } catch (...) {  // a failed pass leaves every generation in it undefined: drop them all
             sequences_.clear();
             throw;
         }
+        plan_turns(batch, seconds_since(t0));
         report.sequences = static_cast<int>(batch.size());
         for (const Sequence* s : batch) {
             report.rows += static_cast<int>(s->step.draft.tokens.size()) + 1;
@@ -316,6 +319,39 @@ StepReport SpecEngine::step() {
         if (s->finished) report.finished.push_back(s->id);
     }
     return report;
+}
+
+// Fair turns. A client's grammar sets its generation's own work in a step (masking a large
+// vocabulary for each of its rows, with as many parse states as the grammar has branches), and
+// that work delays every generation in the step. After a step whose time t holds w of a
+// grammar-shaped generation's own work, it sits out n = floor(w / (kFairShare * (t - w)))
+// steps while the others run: their time per step then grows by at most kFairShare on average
+// (w spread over n + 1 steps of t - w each), and the costly one still advances. A generation
+// alone never waits, and one without a grammar never sits out (its own work is bounded by the
+// vocabulary and its rows, not by what a client sent).
+std::vector<Sequence*> SpecEngine::take_turns(const std::vector<Sequence*>& batch) {
+    if (batch.size() < 2) return batch;
+    std::vector<Sequence*> taking;
+    for (Sequence* s : batch) {
+        if (s->sit_out > 0) {
+            --s->sit_out;
+        } else {
+            taking.push_back(s);
+        }
+    }
+    return taking.empty() ? batch : taking;
+}
+
+void SpecEngine::plan_turns(const std::vector<Sequence*>& batch, double step_seconds) {
+    constexpr double kFairShare = 0.2;
+    constexpr int kLongestSitOut = 1000;
+    if (batch.size() < 2) return;
+    for (Sequence* s : batch) {
+        const double others = step_seconds - s->own_seconds;
+        if (s->finished || !s->grammar || others <= 0) continue;
+        const double turns = s->own_seconds / (kFairShare * others);
+        s->sit_out = static_cast<int>(std::min(turns, static_cast<double>(kLongestSitOut)));
+    }
 }
 
 GenerateResult SpecEngine::take_result(int id) {

@@ -208,6 +208,8 @@ private:
     void emit(Sequence& s, bool shared_pass);
     void finish(Sequence& s, const std::string& reason);
     void fail(Sequence& s, bool users, const std::string& what);
+    std::vector<Sequence*> take_turns(const std::vector<Sequence*>& batch);
+    void plan_turns(const std::vector<Sequence*>& batch, double step_seconds);
     template <class Work>
     std::vector<Sequence*> each_guarded(const std::vector<Sequence*>& batch, Work&& work);
     void resolve_unverified(Sequence& s);

@@ -43,6 +43,11 @@ struct Sequence {
     } unverified;
     GenerateResult result;
     Clock::time_point start, gen_start;
+    // Fair turns (SpecEngine::take_turns): seconds of this generation's own work in the last
+    // step (drafting, its rows' grammar and sampling, emitting: not the shared pass), and how
+    // many steps it sits out so that the others sharing the engine keep their pace.
+    double own_seconds = 0;
+    int sit_out = 0;
 
     // The current step.
     struct Step {

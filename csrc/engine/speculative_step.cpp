@@ -59,6 +59,7 @@ void SpecEngine::speculative_step(const std::vector<Sequence*>& batch) {
     }
     // 1. Draft: each generation as it would alone; then, when several share the pass, only the
     //    draft rows that pay for themselves in the batch's tokens per second.
+    for (Sequence* s : batch) s->own_seconds = 0;
     std::vector<Sequence*> live = each_guarded(batch, [&](Sequence& s) { draft(s); });
     if (live.empty()) return;
     if (live.size() > 1) fit_drafts_to_batch(live);
@@ -84,8 +85,10 @@ std::vector<Sequence*> SpecEngine::each_guarded(const std::vector<Sequence*>& ba
     std::vector<Sequence*> live;
     live.reserve(batch.size());
     for (Sequence* s : batch) {
+        const auto t0 = Clock::now();
         try {
             work(*s);
+            s->own_seconds += seconds_since(t0);
             live.push_back(s);
         } catch (const UserError& e) {  // the request's own mistake (a grammar that cannot go on)
             fail(*s, true, e.what());

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/errors.h"
 #include "llama/impl.h"
 
@@ -95,6 +96,14 @@ void Grammar::apply(llama_token_data_array& array) const {
     } catch (const std::exception& e) {
         throw UserError(ErrorKind::InvalidParameter, std::string("the grammar failed: ") + e.what());
     }
+}
+
+double Grammar::first_mask_seconds(int n_vocab) {
+    std::vector<float> logits(static_cast<size_t>(n_vocab), 0.0f);
+    const auto t0 = Clock::now();
+    std::unique_ptr<Grammar> first = clone();
+    first->mask(logits.data(), n_vocab);
+    return seconds_since(t0);
 }
 
 void Grammar::accept(Token token) {

@@ -325,6 +325,10 @@ public:
     void mask(float* logits, int n_vocab);
     // Advance past `token`, which must be allowed.
     void accept(Token token);
+    // Seconds of one mask() over the whole vocabulary in the grammar's first state: what every
+    // row of a step can cost when the model's best tokens are not allowed. Throws like mask()
+    // when the grammar allows no token there.
+    double first_mask_seconds(int n_vocab);
 
 private:
     Grammar() = default;

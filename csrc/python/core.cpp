@@ -215,7 +215,8 @@ void localspec::register_core(py::module_& m) {
         })
         .def("check_grammar", [](Core& c, const std::string& gbnf) {
             py::gil_scoped_release release;
-            Grammar(c.engine().target(), gbnf);  // throws InvalidParameterError when it does not parse
+            Grammar grammar(c.engine().target(), gbnf);  // throws InvalidParameterError when it does not parse
+            return grammar.first_mask_seconds(c.engine().target().vocab().n_tokens);
         })
         .def("token_text", [](Core& c, Token t) { return to_str(c.engine().target().token_text(t)); })
         .def("token_piece", [](Core& c, Token t) { return to_bytes(c.engine().target().token_piece(t)); })

@@ -107,6 +107,10 @@ def _add_limit_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"alternatives in a grammar, or a JSON Schema's enum/anyOf choices (default: "
         f"{grammar.max_alternatives})")
     limits.add_argument(
+        "--max-grammar-mask-seconds", type=float, default=grammar.max_mask_seconds,
+        help=f"time one check of the whole vocabulary against a grammar may take (default: "
+        f"{grammar.max_mask_seconds:g})")
+    limits.add_argument(
         "--shutdown-timeout", type=float, default=LIMITS.shutdown_timeout, metavar="SECONDS",
         help="on SIGTERM/SIGINT, how long running generations may finish (default: "
         f"{LIMITS.shutdown_timeout:g})",
@@ -163,7 +167,8 @@ def _options(args: argparse.Namespace) -> ServerOptions:
         grammar_limits=replace(LIMITS.grammar_limits, max_bytes=args.max_grammar_bytes,
                                max_depth=args.max_grammar_depth,
                                max_rules=args.max_grammar_rules,
-                               max_alternatives=args.max_grammar_alternatives),
+                               max_alternatives=args.max_grammar_alternatives,
+                               max_mask_seconds=args.max_grammar_mask_seconds),
     )
     options.validate()
     return options

@@ -265,9 +265,15 @@ class Engine(WorkerSupervision):
                                    f"{text[:60]!r} is not exactly one token of this model.", param)
         with self._text_lock.shared():
             try:
-                self._core.check_grammar(gbnf)
+                seconds = self._core.check_grammar(gbnf)
             except InvalidParameterError as error:
                 raise GrammarError(str(error), param) from None
+        if seconds > limits.max_mask_seconds:
+            raise GrammarError(
+                f"The grammar is too costly: checking the model's {self.info.n_vocab} tokens "
+                f"against it takes {seconds:.2f} s, more than this server's limit of "
+                f"{limits.max_mask_seconds:g} s (--max-grammar-mask-seconds); use fewer "
+                "alternatives.", param)
         remember_checked(gbnf, self.info.n_vocab)
 
     # ---- lifecycle -----------------------------------------------------------------------

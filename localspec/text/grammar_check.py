@@ -38,8 +38,16 @@ class GrammarLimits:
     max_rules: int = 4096  # rules after llama.cpp expands groups and repetitions
     max_alternatives: int = 1024  # '|' branches over all rules (each one more parse stack)
     max_elements: int = 200_000  # symbols in all rules after expansion
+    # Seconds one mask of the whole vocabulary may take in the grammar's first state (timed by
+    # Engine.check_grammar on the preparing thread): a step pays it for a row whose best tokens
+    # the grammar forbids, and every generation sharing the step waits for it.
+    max_mask_seconds: float = 0.25
 
     def validate(self) -> None:
+        if isinstance(self.max_mask_seconds, bool) or not isinstance(
+                self.max_mask_seconds, (int, float)) or not self.max_mask_seconds > 0:
+            raise InvalidParameterError(f"The grammar limit max_mask_seconds="
+                                        f"{self.max_mask_seconds!r} is invalid: it must be > 0.")
         for name in ("max_bytes", "max_depth", "max_rules", "max_alternatives", "max_elements"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -16,9 +16,10 @@ from localspec.types import GenerationParams
 
 GREEDY = GenerationParams(temperature=0.0, max_tokens=30, ignore_eos=True)
 HEALTHY = ["the quick brown fox", "hello world, this is", "one two three four one two three"]
-# Passes localspec's check (the syntax is fine, the id is in the vocabulary) and llama.cpp's
-# parser, then fails in the step: no token of the tiny model can be that token's text.
-POISON = "root ::= <[0]>"
+# Passes localspec's check (the syntax is fine, the id is in the vocabulary, the first state
+# allows tokens) and llama.cpp's parser, then fails in a step: after "a", no token of the tiny
+# model can be token 0's text.
+POISON = 'root ::= "a" <[0]>'
 
 
 @pytest.fixture(scope="module", params=["ngram", "model"])
@@ -43,6 +44,13 @@ def test_a_poisoned_grammar_ends_its_request_alone(engines: tuple[Engine, Engine
     assert [h.result(timeout=120).tokens for h in healthy] == expected
     # ... and the engine serves the next request as before.
     assert batched.generate(HEALTHY[0], GREEDY).tokens == expected[0]
+
+
+def test_a_grammar_that_matches_nothing_from_the_start_is_refused_when_checked(
+        engines: tuple[Engine, Engine]) -> None:
+    solo, _ = engines
+    with pytest.raises(GrammarError, match="allows no token"):
+        solo.check_grammar("root ::= <[0]>")
 
 
 def test_a_grammar_that_matches_nothing_is_an_error_not_noise(

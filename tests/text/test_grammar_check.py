@@ -160,3 +160,12 @@ def test_a_text_token_reference_must_be_one_token(engine: Engine) -> None:
     engine.check_grammar(f'root ::= "a" {special}')
     with pytest.raises(GrammarError, match="is not exactly one token"):
         engine.check_grammar('root ::= <two words here>')
+
+
+def test_a_grammar_whose_vocabulary_check_is_too_slow_is_refused(engine: Engine) -> None:
+    """The mask of the whole vocabulary in the grammar's first state is timed when the grammar
+    is checked: every generation sharing a step waits for it (--max-grammar-mask-seconds)."""
+    words = "root ::= " + " | ".join(f'"w{i}"' for i in range(200))
+    engine.check_grammar(words)  # cheap on the tiny vocabulary
+    with pytest.raises(GrammarError, match="--max-grammar-mask-seconds"):
+        engine.check_grammar(words, GrammarLimits(max_mask_seconds=1e-9))
