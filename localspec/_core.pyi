@@ -78,6 +78,7 @@ class GenerateRequest:
     reuse_cache: bool
     stop: list[str]
     grammar: str
+    grammar_mask_seconds: float
     logprobs: int
     def __init__(self) -> None: ...
 

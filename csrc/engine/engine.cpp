@@ -308,7 +308,8 @@ StepReport SpecEngine::step() {
             sequences_.clear();
             throw;
         }
-        plan_turns(batch, seconds_since(t0));
+        last_step_seconds_ = seconds_since(t0);
+        plan_turns(batch, last_step_seconds_);
         report.sequences = static_cast<int>(batch.size());
         for (const Sequence* s : batch) {
             report.rows += static_cast<int>(s->step.draft.tokens.size()) + 1;
@@ -333,6 +334,10 @@ std::vector<Sequence*> SpecEngine::take_turns(const std::vector<Sequence*>& batc
     if (batch.size() < 2) return batch;
     std::vector<Sequence*> taking;
     for (Sequence* s : batch) {
+        if (!s->turns_started) {  // its first step: the cost its grammar showed when checked
+            s->turns_started = true;
+            s->sit_out = sit_out_steps(s->request.grammar_mask_seconds, last_step_seconds_);
+        }
         if (s->sit_out > 0) {
             --s->sit_out;
         } else {
@@ -343,15 +348,20 @@ std::vector<Sequence*> SpecEngine::take_turns(const std::vector<Sequence*>& batc
 }
 
 void SpecEngine::plan_turns(const std::vector<Sequence*>& batch, double step_seconds) {
-    constexpr double kFairShare = 0.2;
-    constexpr int kLongestSitOut = 1000;
     if (batch.size() < 2) return;
     for (Sequence* s : batch) {
-        const double others = step_seconds - s->own_seconds;
-        if (s->finished || !s->grammar || others <= 0) continue;
-        const double turns = s->own_seconds / (kFairShare * others);
-        s->sit_out = static_cast<int>(std::min(turns, static_cast<double>(kLongestSitOut)));
+        if (s->finished || !s->grammar) continue;
+        s->sit_out = sit_out_steps(s->own_seconds, step_seconds - s->own_seconds);
     }
+}
+
+// n = floor(w / (kFairShare * others)), at most kLongestSitOut; none when either is unknown.
+int SpecEngine::sit_out_steps(double own_seconds, double others_seconds) {
+    constexpr double kFairShare = 0.2;
+    constexpr int kLongestSitOut = 1000;
+    if (own_seconds <= 0 || others_seconds <= 0) return 0;
+    const double turns = own_seconds / (kFairShare * others_seconds);
+    return static_cast<int>(std::min(turns, static_cast<double>(kLongestSitOut)));
 }
 
 GenerateResult SpecEngine::take_result(int id) {

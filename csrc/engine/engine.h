@@ -82,6 +82,9 @@ struct GenerateRequest {
     bool reuse_cache = true;  // keep the KV of a common prefix from the previous request
     std::vector<std::string> stop;
     std::string grammar;  // GBNF (root rule "root") the output must follow; "" = unconstrained
+    // Seconds one mask of the whole vocabulary took for this grammar when it was checked (0:
+    // unknown): fair turns start from it, before the generation's own steps show its cost.
+    double grammar_mask_seconds = 0;
     int logprobs = -1;    // -1: none; n >= 0: each emitted token's log probability and the top n
 };
 
@@ -210,6 +213,7 @@ private:
     void fail(Sequence& s, bool users, const std::string& what);
     std::vector<Sequence*> take_turns(const std::vector<Sequence*>& batch);
     void plan_turns(const std::vector<Sequence*>& batch, double step_seconds);
+    static int sit_out_steps(double own_seconds, double others_seconds);
     template <class Work>
     std::vector<Sequence*> each_guarded(const std::vector<Sequence*>& batch, Work&& work);
     void resolve_unverified(Sequence& s);
@@ -236,6 +240,7 @@ private:
     std::unique_ptr<Drafter> drafter_;
     DraftController controller_;  // survives generations: costs are learned once
     PassCostCurve pass_cost_;     // seconds of a target pass by its total rows (batched passes)
+    double last_step_seconds_ = 0;  // the last step's whole time (fair turns)
     long batched_passes_ = 0;     // passes shared by several generations so far (probe timing)
     std::vector<std::unique_ptr<Sequence>> sequences_;  // started, in arrival order
     int next_id_ = 1;

@@ -48,6 +48,7 @@ struct Sequence {
     // many steps it sits out so that the others sharing the engine keep their pace.
     double own_seconds = 0;
     int sit_out = 0;
+    bool turns_started = false;  // its first turn was planned from the request's estimate
 
     // The current step.
     struct Step {

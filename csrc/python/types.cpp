@@ -80,6 +80,7 @@ void localspec::register_types(py::module_& m) {
         .def_readwrite("reuse_cache", &GenerateRequest::reuse_cache)
         .def_readwrite("stop", &GenerateRequest::stop)
         .def_readwrite("grammar", &GenerateRequest::grammar)
+        .def_readwrite("grammar_mask_seconds", &GenerateRequest::grammar_mask_seconds)
         .def_readwrite("logprobs", &GenerateRequest::logprobs);
 
     py::class_<SamplingParams>(m, "SamplingParams")

@@ -274,7 +274,7 @@ class Engine(WorkerSupervision):
                 f"against it takes {seconds:.2f} s, more than this server's limit of "
                 f"{limits.max_mask_seconds:g} s (--max-grammar-mask-seconds); use fewer "
                 "alternatives.", param)
-        remember_checked(gbnf, self.info.n_vocab)
+        remember_checked(gbnf, self.info.n_vocab, seconds)
 
     # ---- lifecycle -----------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from localspec import _core
 from localspec.errors import EngineClosedError, GenerationFailedError, InvalidParameterError
 from localspec.runtime.convert import logprobs_from_core, params_to_core, stats_from_core
-from localspec.text.grammar_check import GrammarError
+from localspec.text.grammar_check import GrammarError, checked_mask_seconds
 from localspec.types import (
     Chunk,
     EngineInfo,
@@ -145,6 +145,9 @@ class EngineLoop:
                 self._core.tokenize(prompt, True, True) if isinstance(prompt, str) else list(prompt)
             )
             request = params_to_core(params, tokens)
+            if params.grammar is not None:  # its measured cost starts its fair turns (csrc)
+                request.grammar_mask_seconds = checked_mask_seconds(
+                    params.grammar, self._info.n_vocab) or 0.0
             generation = self._core.start(request, _chunk_callback(handle, params))
         except Exception as error:  # a LocalspecError for a bad request; else a bug, kept visible
             self._finish(handle, None, error)

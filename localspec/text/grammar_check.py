@@ -100,7 +100,7 @@ _DIGITS = frozenset("0123456789")
 # Grammars an engine checked lately (by digest, with the vocabulary's size): Engine.submit skips
 # a second check of a text the server's preparation already passed. Bounded, least recently
 # used first out.
-_CHECKED: OrderedDict[bytes, None] = OrderedDict()
+_CHECKED: OrderedDict[bytes, float] = OrderedDict()  # digest -> seconds of its first mask
 _CHECKED_LOCK = threading.Lock()
 _CHECKED_MAX = 256
 
@@ -110,22 +110,27 @@ def _digest(text: str, n_vocab: int) -> bytes:
     return hashlib.blake2b(data, digest_size=16, salt=n_vocab.to_bytes(16, "little")).digest()
 
 
-def remember_checked(text: str, n_vocab: int) -> None:
+def remember_checked(text: str, n_vocab: int, mask_seconds: float = 0.0) -> None:
     key = _digest(text, n_vocab)
     with _CHECKED_LOCK:
-        _CHECKED[key] = None
+        _CHECKED[key] = mask_seconds
         _CHECKED.move_to_end(key)
         while len(_CHECKED) > _CHECKED_MAX:
             _CHECKED.popitem(last=False)
 
 
 def was_checked(text: str, n_vocab: int) -> bool:
+    return checked_mask_seconds(text, n_vocab) is not None
+
+
+def checked_mask_seconds(text: str, n_vocab: int) -> float | None:
+    """The first-mask seconds of a grammar checked lately, or None when it was not."""
     key = _digest(text, n_vocab)
     with _CHECKED_LOCK:
         if key in _CHECKED:
             _CHECKED.move_to_end(key)
-            return True
-        return False
+            return _CHECKED[key]
+        return None
 
 
 def _is_word(c: str) -> bool:
