@@ -71,7 +71,14 @@ def test_ngram_drafts_equal_plain(
         results = [engine.generate(p, replace(GREEDY, draft_max=draft_max)) for p in PROMPTS]
     assert [r.tokens for r in results] == [expected[p] for p in PROMPTS]
     drafted = sum(r.stats.drafted for r in results)
-    assert drafted > sum(r.stats.accepted for r in results) > 0  # rejections were rolled back
+    accepted = sum(r.stats.accepted for r in results)
+    if draft_max == "auto":
+        # The controller decides from timed pass costs whether drafting pays, so on a busy
+        # machine it may draft little and have all of it rejected (issue 52): the outputs are
+        # the promise here; the fixed lengths below show the rollbacks themselves.
+        assert drafted >= accepted
+    else:
+        assert drafted > accepted > 0  # rejections were rolled back
 
 
 def test_a_draft_model_rolls_back_every_step(
