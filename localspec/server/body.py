@@ -52,17 +52,24 @@ _SPACE = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
 
 
+def _skip_space(text: str, pos: int) -> int:
+    """The position after JSON whitespace from ``pos`` (the pattern matches empty too)."""
+    match = _SPACE.match(text, pos)
+    assert match is not None
+    return match.end()
+
+
 def _top_level_object(text: str, known: frozenset[str] | None) -> dict[str, Any]:
     """json.loads for an object, one member at a time: each key and value is one call of the C
     decoder, and between them the GIL can pass to the event loop (one json.loads of a 2.6 MB
     body held it for 0.18 s, and /health waited behind eight of them). An unknown key ends the
     read at once."""
-    pos = _SPACE.match(text, 0).end()  # type: ignore[union-attr]
+    pos = _skip_space(text, 0)
     if not text.startswith("{", pos):
         json.loads(text)  # raises for text that is not JSON
         raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
     data: dict[str, Any] = {}
-    pos = _SPACE.match(text, pos + 1).end()  # type: ignore[union-attr]
+    pos = _skip_space(text, pos + 1)
     if text.startswith("}", pos):
         return _end(text, pos + 1, data)
     while True:
@@ -74,21 +81,21 @@ def _top_level_object(text: str, known: frozenset[str] | None) -> dict[str, Any]
             name = key[:100]
             raise ApiError(400, f"Unrecognized parameter '{name}': localspec does not support it.",
                            code="unknown_parameter", param=name)
-        pos = _SPACE.match(text, pos).end()  # type: ignore[union-attr]
+        pos = _skip_space(text, pos)
         if not text.startswith(":", pos):
             raise json.JSONDecodeError("Expecting ':' delimiter", text, pos)
-        pos = _SPACE.match(text, pos + 1).end()  # type: ignore[union-attr]
+        pos = _skip_space(text, pos + 1)
         data[key], pos = _DECODER.raw_decode(text, pos)
-        pos = _SPACE.match(text, pos).end()  # type: ignore[union-attr]
+        pos = _skip_space(text, pos)
         if text.startswith("}", pos):
             return _end(text, pos + 1, data)
         if not text.startswith(",", pos):
             raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
-        pos = _SPACE.match(text, pos + 1).end()  # type: ignore[union-attr]
+        pos = _skip_space(text, pos + 1)
 
 
 def _end(text: str, pos: int, data: dict[str, Any]) -> dict[str, Any]:
-    if _SPACE.match(text, pos).end() != len(text):  # type: ignore[union-attr]
+    if _skip_space(text, pos) != len(text):
         raise json.JSONDecodeError("Extra data", text, pos)
     return data
 
