@@ -80,6 +80,7 @@ class GenerateRequest:
     grammar: str
     grammar_mask_seconds: float
     logprobs: int
+    prediction: list[int]
     def __init__(self) -> None: ...
 
 class ControllerMemory:

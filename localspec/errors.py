@@ -32,7 +32,12 @@ class PromptTooLongError(LocalspecError):
 
 class InvalidParameterError(LocalspecError, ValueError):
     """A generation or load parameter is out of range (a ValueError too, so that pydantic
-    validators and text parsers can raise it as it is)."""
+    validators and text parsers can raise it as it is). ``param``: the request field at fault,
+    when the message does not start with ``name=value`` (the server's error names it)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class EngineClosedError(LocalspecError):

@@ -51,6 +51,11 @@ class GenerationParams:
     # Require exact mode (docs/exact.md: speculative output bit-identical to plain decoding).
     # The mode is chosen when the engine loads; an engine loaded without it refuses the request.
     exact: bool = False
+    # Predicted Outputs: the caller's own draft of the output (the file before an edit), as text
+    # or token ids. The prediction drafter proposes from it; the output is the target's
+    # whatever it says. Ignored when nothing drafts (speculative=False, draft_max=0, the
+    # drafter "none").
+    prediction: str | tuple[int, ...] | None = None
 
     def validate(self) -> None:
         """Raise InvalidParameterError with one sentence naming the bad value."""
@@ -64,7 +69,9 @@ class GenerationParams:
 def _invalid(name: str, value: object, rule: str) -> Exception:
     from localspec.errors import InvalidParameterError
 
-    return InvalidParameterError(f"{name}={value!r} is invalid: {rule}.")
+    shown = repr(value)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return InvalidParameterError(f"{name}={shown} is invalid: {rule}.")
 
 
 def _is_int(value: object) -> bool:
@@ -110,6 +117,9 @@ _GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "grammar": (lambda v: v is None or (isinstance(v, str) and v.strip() != ""),
                 "it must be a non-empty GBNF grammar or None"),
     "top_logprobs": (lambda v: _is_int(v) and 0 <= v <= 20, "it must be an integer in [0, 20]"),
+    "prediction": (lambda v: v is None or isinstance(v, str)
+                   or (isinstance(v, tuple) and all(_is_int(t) and 0 <= t <= INT32_MAX for t in v)),
+                   "it must be text, a tuple of token ids or None"),
 }
 
 
@@ -161,8 +171,8 @@ class GenerationStats:
     accepted_by_position: list[int] = field(default_factory=list)
     prefill_seconds: float = 0.0
     draft_seconds: float = 0.0
-    # By who drafted ("ngram", "model", "eagle3", "forced": text the request's grammar forces;
-    # the core's draft sources, all present).
+    # By who drafted ("ngram", "model", "eagle3", "mtp", "forced": text the request's grammar
+    # forces, "prediction": the request's prediction; the core's draft sources, all present).
     drafted_by_kind: dict[str, int] = field(default_factory=dict)
     accepted_by_kind: dict[str, int] = field(default_factory=dict)
     model_drafted: int = 0  # drafted tokens that ran a model (draft model or head), not a lookup
@@ -185,6 +195,18 @@ class GenerationStats:
     @property
     def forced_accepted(self) -> int:
         return self.accepted_by_kind.get("forced", 0)
+
+    @property
+    def accepted_prediction_tokens(self) -> int:
+        """Prediction tokens drafted and accepted (OpenAI's usage field of that name)."""
+        return self.accepted_by_kind.get("prediction", 0)
+
+    @property
+    def rejected_prediction_tokens(self) -> int:
+        """Prediction tokens drafted and rejected by verification (OpenAI's field): the tokens
+        the prediction got wrong where they were tried. Prediction tokens never drafted (after
+        the output stopped following them) count in neither."""
+        return self.drafted_by_kind.get("prediction", 0) - self.accepted_prediction_tokens
 
     @property
     def acceptance_by_position(self) -> list[float]:

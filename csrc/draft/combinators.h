@@ -21,7 +21,7 @@ public:
     PerSlotDrafter(int n_slots, Factory make);
     std::string name() const override { return slots_[0]->name(); }
     void select(int slot) override;
-    void begin_draft(const Grammar* grammar) override { current().begin_draft(grammar); }
+    void begin_draft(const DraftInputs& inputs) override { current().begin_draft(inputs); }
     Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override {
         return current().draft(history, k, params, rng);
     }

@@ -15,8 +15,9 @@ struct DraftKind {
         Lookup,  // an n-gram lookup over the context: free to propose
         Mtp,     // the target's own MTP (NextN) layers reading its final hidden states
         Forced,  // text the request's grammar forces (forced_drafter.h): free to propose
+        Prediction,  // the request's own prediction of its output (prediction_drafter.h): free
     };
-    static constexpr int kSources = 5;
+    static constexpr int kSources = 6;
     static const char* source_name(Source s) {
         switch (s) {
             case Source::Model: return "model";
@@ -24,6 +25,7 @@ struct DraftKind {
             case Source::Lookup: return "ngram";
             case Source::Mtp: return "mtp";
             case Source::Forced: return "forced";
+            case Source::Prediction: return "prediction";
         }
         return "?";
     }
@@ -32,21 +34,27 @@ struct DraftKind {
 
     static constexpr int kMaxMatchLength = 7;
     static constexpr int kForcedSlot = kMaxMatchLength + 1;
-    static constexpr int kSlots = kForcedSlot + 1;  // slot 0: model, head or MTP; 1..7: lookups; 8: forced
+    static constexpr int kPredictionSlot = kForcedSlot + 1;
+    // slot 0: model, head or MTP; 1..7: lookups; 8: forced; 9: prediction
+    static constexpr int kSlots = kPredictionSlot + 1;
     static DraftKind model() { return {Source::Model, 0}; }
     static DraftKind head() { return {Source::Head, 0}; }
     static DraftKind lookup(int match_length) { return {Source::Lookup, match_length}; }
     static DraftKind forced() { return {Source::Forced, 0}; }
     static DraftKind mtp() { return {Source::Mtp, 0}; }
+    static DraftKind prediction() { return {Source::Prediction, 0}; }
 
     // The controller's index for this kind. A drafter runs at most one model, head or MTP
     // layers, so they share slot 0; lookups learn per match length, longer matches pooled at the longest.
     int slot() const {
         if (source == Source::Forced) return kForcedSlot;
+        if (source == Source::Prediction) return kPredictionSlot;
         if (source != Source::Lookup) return 0;
         return match_length < 1 ? 1 : (match_length > kMaxMatchLength ? kMaxMatchLength : match_length);
     }
-    bool runs_model() const { return source != Source::Lookup && source != Source::Forced; }
+    bool runs_model() const {
+        return source != Source::Lookup && source != Source::Forced && source != Source::Prediction;
+    }
 };
 
 }  // namespace localspec

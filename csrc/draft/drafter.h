@@ -5,6 +5,8 @@
 //   Eagle3Drafter (eagle3_drafter.h): an EAGLE-3 head reading the target's hidden states;
 //   MtpDrafter (mtp_drafter.h): the target's own MTP (NextN) layers;
 //   ForcedDrafter (forced_drafter.h): the text the request's grammar forces, then another drafter;
+//   PredictionDrafter (prediction_drafter.h): the request's own prediction of its output (an
+//   edit's original text), then another drafter;
 //   HybridDrafter and PerSlotDrafter (combinators.h): n-gram lookup first, else a drafter that runs
 //   a model; one drafter per generation slot.
 // No drafter at all is plain decoding (the drafter "none"). The engine builds them
@@ -37,15 +39,27 @@ struct Draft {
     std::vector<std::vector<Token>> row_candidates;
 };
 
+// What the generation about to draft brings of its own, beyond its history: valid until the
+// draft returns.
+struct DraftInputs {
+    int generation = -1;               // the generation's id (unique in the engine's lifetime)
+    const Grammar* grammar = nullptr;  // its grammar in its state after the history, or null
+    const std::vector<Token>* prediction = nullptr;  // its prediction of its output, or null
+    // Its history (prompt + emitted tokens): history[0 .. prompt_length) is the prompt, the
+    // rest its output. A draft's `history` may run further (a grammar-forced lead drafted
+    // before it); this one holds only tokens the target emitted.
+    const std::vector<Token>* history = nullptr;
+    size_t prompt_length = 0;
+};
+
 class Drafter {
 public:
     virtual ~Drafter() = default;
     // What drafts, for the user (SpecEngine::drafter_name): "ngram", "mtp", a path, ...
     virtual std::string name() const = 0;
-    // The grammar of the generation about to draft, in its state after that generation's history
-    // (null when it has none); valid until the draft returns. Most drafters do not read it. Not
-    // timed as drafting: one-time tables may be built here.
-    virtual void begin_draft(const Grammar* /*grammar*/) {}
+    // The generation about to draft (its grammar, its prediction). Most drafters do not read
+    // it. Not timed as drafting: one-time tables may be built here.
+    virtual void begin_draft(const DraftInputs& /*inputs*/) {}
     // Propose up to k tokens to follow `history` (prompt + everything emitted so far).
     virtual Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) = 0;
     // The two halves of draft() for the controller. lookup_draft: what costs (almost) nothing

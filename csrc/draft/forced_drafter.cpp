@@ -90,9 +90,10 @@ std::vector<Token> ForcedText::candidates(const std::string& rest, size_t max) c
 ForcedDrafter::ForcedDrafter(const Model& target, std::unique_ptr<Drafter> next)
     : target_(target), next_(std::move(next)) {}
 
-void ForcedDrafter::begin_draft(const Grammar* grammar) {
-    grammar_ = grammar;
+void ForcedDrafter::begin_draft(const DraftInputs& inputs) {
+    grammar_ = inputs.grammar;
     if (grammar_ && !forced_) forced_ = std::make_unique<ForcedText>(target_);
+    next_->begin_draft(inputs);
 }
 
 Draft ForcedDrafter::forced_then_lookup(const std::vector<Token>& history, int k) {

@@ -45,7 +45,7 @@ class ForcedDrafter : public Drafter {
 public:
     ForcedDrafter(const Model& target, std::unique_ptr<Drafter> next);
     std::string name() const override { return next_->name(); }
-    void begin_draft(const Grammar* grammar) override;
+    void begin_draft(const DraftInputs& inputs) override;
     Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override;
     Draft lookup_draft(const std::vector<Token>& history, int k) override;
     bool has_model() const override { return next_->has_model(); }

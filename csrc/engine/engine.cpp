@@ -12,6 +12,7 @@
 #include "draft/model_drafter.h"
 #include "draft/mtp_drafter.h"
 #include "draft/ngram_drafter.h"
+#include "draft/prediction_drafter.h"
 #include "engine/sequence.h"
 #include "draft/vocab_check.h"
 
@@ -119,7 +120,8 @@ std::unique_ptr<Drafter> configured_drafter(const EngineOptions& options, const 
 std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, const DrafterSpec& spec, const Model& target,
                                       Context& target_ctx) {
     if (spec.kind == "none") return nullptr;
-    return std::make_unique<ForcedDrafter>(target, configured_drafter(options, spec, target, target_ctx));
+    auto predicted = std::make_unique<PredictionDrafter>(configured_drafter(options, spec, target, target_ctx));
+    return std::make_unique<ForcedDrafter>(target, std::move(predicted));
 }
 
 // The drafter EngineOptions names, checked (the kinds and what each needs are the Python layer's
@@ -171,12 +173,20 @@ void SpecEngine::check_request(const GenerateRequest& request) const {
                         "the prompt has " + std::to_string(n) + " tokens but the context holds only " +
                             std::to_string(n_ctx()) + "; shorten the prompt or raise the context size (--ctx).");
     }
+    if (request.prediction.size() > static_cast<size_t>(n_ctx())) {
+        throw UserError(ErrorKind::InvalidParameter,
+                        "the prediction has " + std::to_string(request.prediction.size()) +
+                            " tokens but the context holds only " + std::to_string(n_ctx()) + ".");
+    }
     const int n_vocab = target_.n_vocab();
-    for (Token t : request.prompt) {
-        if (t < 0 || t >= n_vocab) {
-            throw UserError(ErrorKind::InvalidParameter, "prompt token id " + std::to_string(t) +
-                                                             " is outside the vocabulary (0.." +
-                                                             std::to_string(n_vocab - 1) + ").");
+    for (const auto* tokens : {&request.prompt, &request.prediction}) {
+        for (Token t : *tokens) {
+            if (t < 0 || t >= n_vocab) {
+                throw UserError(ErrorKind::InvalidParameter,
+                                std::string(tokens == &request.prompt ? "prompt" : "prediction") + " token id " +
+                                    std::to_string(t) + " is outside the vocabulary (0.." +
+                                    std::to_string(n_vocab - 1) + ").");
+            }
         }
     }
 }

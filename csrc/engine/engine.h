@@ -86,6 +86,10 @@ struct GenerateRequest {
     // unknown): fair turns start from it, before the generation's own steps show its cost.
     double grammar_mask_seconds = 0;
     int logprobs = -1;    // -1: none; n >= 0: each emitted token's log probability and the top n
+    // Predicted Outputs: the client's own draft of the output (an edit's original text), which
+    // the prediction drafter proposes from (prediction_drafter.h); empty: none. Output is the
+    // target's whatever it says.
+    std::vector<Token> prediction;
 };
 
 // What one step emitted, handed to the chunk callback.

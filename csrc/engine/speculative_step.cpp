@@ -123,7 +123,9 @@ void SpecEngine::draft(Sequence& s) {
     s.step = {};
     // Not timed: a drafter may build its tables here once (the forced drafter's read the whole
     // vocabulary, ~0.1 s, which as the cost of one drafted token stopped all forced drafting).
-    if (Drafter* drafter = drafter_for(s.slot)) drafter->begin_draft(s.grammar.get());
+    if (Drafter* drafter = drafter_for(s.slot)) {
+        drafter->begin_draft({s.id, s.grammar.get(), &r.prediction, &s.history, r.prompt.size()});
+    }
     const auto t0 = Clock::now();
     controller_.swap_request(s.credit);
     s.step.draft = draft_tokens(s, k_cap);

@@ -81,7 +81,8 @@ void localspec::register_types(py::module_& m) {
         .def_readwrite("stop", &GenerateRequest::stop)
         .def_readwrite("grammar", &GenerateRequest::grammar)
         .def_readwrite("grammar_mask_seconds", &GenerateRequest::grammar_mask_seconds)
-        .def_readwrite("logprobs", &GenerateRequest::logprobs);
+        .def_readwrite("logprobs", &GenerateRequest::logprobs)
+        .def_readwrite("prediction", &GenerateRequest::prediction);
 
     py::class_<SamplingParams>(m, "SamplingParams")
         .def(py::init(&sampling_params), py::arg("temperature") = 0.8f, py::arg("top_k") = 40,

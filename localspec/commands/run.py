@@ -28,6 +28,7 @@ from localspec.commands.common import (
 from localspec.commands.limits import limit_notes
 from localspec.commands.shaping import add_shaping_arguments, shaping_fields
 from localspec.errors import InvalidParameterError
+from localspec.files import read_input_text
 from localspec.runtime.engine import Engine
 from localspec.runtime.learned import restore_saved, save_learned, saved_path
 from localspec.text.chat_template import chat_format, chat_tokens
@@ -73,6 +74,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add_speculation_switch(parser)
     add_shaping_arguments(parser)
     parser.add_argument(
+        "--prediction", metavar="FILE",
+        help="Predicted Outputs: a file holding what the output probably is (the text before an "
+        "edit); drafted from, the output unchanged ('-': standard input; default: none)",
+    )
+    parser.add_argument(
         "--reset-stats", action="store_true",
         help="start the draft controller from nothing instead of the statistics saved by earlier "
         "runs of this model + drafter (they are overwritten at the end; default: start from "
@@ -100,10 +106,22 @@ def _params(args: argparse.Namespace, choice: ModelChoice) -> GenerationParams:
         draft_max=defaults.draft_max if args.draft_max is None else args.draft_max,
         speculative=not args.no_speculation,
         ignore_eos=args.ignore_eos,
+        prediction=_prediction(args),
         **shaping_fields(args),
     )
     params.validate()  # before the (slow) model load
     return params
+
+
+def _prediction(args: argparse.Namespace) -> str | None:
+    if args.prediction is None:
+        return None
+    if args.prediction == "-":
+        if args.prompt == "-":
+            raise InvalidParameterError("The prompt and --prediction cannot both come from "
+                                        "standard input; give one of them as a file.")
+        return _read_stdin()
+    return read_input_text(args.prediction, "--prediction")
 
 
 def _chat_prompt(engine: Engine, choice: ModelChoice, text: str, system: str | None,
@@ -190,9 +208,10 @@ def _stream(engine: Engine, prompt: str | list[int], params: GenerationParams) -
 def json_output(result: GenerationResult, engine: Engine, params: GenerationParams,
                 pair: str | None) -> dict[str, Any]:
     """`run --json`: the result plus what produced it (models, seed, sampling parameters)."""
-    sampling = {key: value for key, value in asdict(params).items() if key != "reuse_cache"}
+    sampling = {key: value for key, value in asdict(params).items()
+                if key not in ("reuse_cache", "prediction")}
     sampling["stop"] = list(params.stop)
-    return {
+    out = {
         **result.to_dict(),
         "target": engine.info.target_path,
         "drafter": engine.info.drafter,
@@ -200,6 +219,12 @@ def json_output(result: GenerationResult, engine: Engine, params: GenerationPara
         "pair": pair,
         "params": sampling,
     }
+    if params.prediction is not None:  # OpenAI's usage names (completion_tokens_details)
+        out["prediction"] = {
+            "accepted_prediction_tokens": result.stats.accepted_prediction_tokens,
+            "rejected_prediction_tokens": result.stats.rejected_prediction_tokens,
+        }
+    return out
 
 
 def _read_stdin() -> str:

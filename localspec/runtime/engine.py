@@ -134,6 +134,8 @@ class Engine(WorkerSupervision):
                 "loaded in default mode; load it in exact mode (--exact, Engine.load(exact=True))."
             )
         handle = RequestHandle(prompt, params, listener)
+        if params.prediction:  # tokenized here, on the caller's thread, not the engine's
+            handle.prediction = self.prediction_tokens(params.prediction)
         with self._lock:
             self._check_open()
             if self._pending >= self._max_queue:
@@ -144,6 +146,25 @@ class Engine(WorkerSupervision):
             self._live.add(handle)
             self._requests.put(handle)
         return handle
+
+    def prediction_tokens(self, prediction: str | Sequence[int]) -> list[int]:
+        """A prediction's tokens (text is tokenized as the output would be: no BOS, specials as
+        text); InvalidParameterError when they cannot fit the context or are not in the
+        vocabulary. Safe from any thread."""
+        n_ctx, n_vocab = self.info.n_ctx, self.info.n_vocab
+        if isinstance(prediction, str):
+            tokens = self.tokenize(prediction, add_special=False, parse_special=False)
+        else:
+            tokens = list(prediction)
+            if any(not 0 <= t < n_vocab for t in tokens):
+                raise InvalidParameterError(
+                    f"prediction=[...] is invalid: token ids must be in [0, {n_vocab}).",
+                    param="prediction")
+        if len(tokens) > n_ctx:
+            raise InvalidParameterError(
+                f"prediction has {len(tokens)} tokens but the context holds only {n_ctx}; send "
+                "a shorter prediction or raise the context size (--ctx).", param="prediction")
+        return tokens
 
     def generate(
         self, prompt: str | Sequence[int], params: GenerationParams | None = None, **overrides: Any

@@ -67,6 +67,9 @@ class Handle(Protocol):
     def params(self) -> GenerationParams: ...
 
     @property
+    def prediction(self) -> list[int]: ...  # params.prediction's tokens, [] for none
+
+    @property
     def cancelled(self) -> bool: ...
 
     def _on_chunk(self, chunk: Chunk) -> bool: ...
@@ -145,6 +148,7 @@ class EngineLoop:
                 self._core.tokenize(prompt, True, True) if isinstance(prompt, str) else list(prompt)
             )
             request = params_to_core(params, tokens)
+            request.prediction = handle.prediction
             if params.grammar is not None:  # its measured cost starts its fair turns (csrc)
                 request.grammar_mask_seconds = checked_mask_seconds(
                     params.grammar, self._info.n_vocab) or 0.0

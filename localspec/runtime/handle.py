@@ -31,6 +31,7 @@ class RequestHandle:
                  listener: HandleListener | None = None) -> None:
         self.prompt = prompt
         self.params = params
+        self.prediction: list[int] = []  # params.prediction's tokens (Engine.submit)
         self._listener = listener
         self._chunks: queue.Queue[Any] = queue.Queue()
         self._cancel = threading.Event()

@@ -126,9 +126,19 @@ class Preparer:
         limit = min(max_tokens, self._max_tokens) if max_tokens is not None else self._max_tokens
         stop = tuple(dict.fromkeys((*template_stop, *request.stop_strings())))
         params = replace(params, max_tokens=min(limit, room), stop=stop)
+        if request.prediction is not None:  # tokenized here, on this worker thread
+            params = replace(params, prediction=tuple(self._prediction(request.prediction.text())))
         params.validate()
         return Prepared(tokens, params, request.want_provenance)
 
+
+    def _prediction(self, text: str) -> list[int]:
+        size = len(text.encode("utf-8"))
+        if size > self._max_prompt_bytes:
+            raise InvalidParameterError(
+                f"prediction is {size} bytes, more than any text that fits the context of "
+                f"{self._engine.info.n_ctx} tokens can be; send a shorter one.", param="prediction")
+        return self._engine.prediction_tokens(text)
 
     def _check_grammar(self, request: SamplingRequest, grammar: str) -> None:
         """localspec's own check and limits first (llama.cpp's parser then never meets a

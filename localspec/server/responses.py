@@ -8,20 +8,30 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from localspec.server.schemas import PromptTokensDetails, SpeculationStats, TokenProvenance, Usage
+from localspec.server.schemas import (
+    CompletionTokensDetails,
+    PromptTokensDetails,
+    SpeculationStats,
+    TokenProvenance,
+    Usage,
+)
 from localspec.types import GenerationResult, GenerationStats, Provenance
 
 Kind = Literal["chat", "completion"]
 
 
-def usage_of(result: GenerationResult, prompt_tokens: int) -> dict[str, int]:
+def usage_of(result: GenerationResult, prompt_tokens: int) -> dict[str, Any]:
     """completion_tokens: the tokens whose text the client receives (not those a stop string
     cut)."""
-    prompt = result.stats.prompt_tokens or prompt_tokens
+    stats = result.stats
+    prompt = stats.prompt_tokens or prompt_tokens
     completion = result.completion_tokens
     return Usage(
         prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
-        prompt_tokens_details=PromptTokensDetails(cached_tokens=result.stats.cached_prompt_tokens),
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=stats.cached_prompt_tokens),
+        completion_tokens_details=CompletionTokensDetails(
+            accepted_prediction_tokens=stats.accepted_prediction_tokens,
+            rejected_prediction_tokens=stats.rejected_prediction_tokens),
     ).model_dump()
 
 

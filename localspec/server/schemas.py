@@ -81,6 +81,18 @@ class ChatMessage(BaseModel):
         return "\n".join(part.text for part in self.content)
 
 
+class Prediction(Strict):
+    """OpenAI's Predicted Outputs: ``{"type": "content", "content": TEXT or [text parts]}``."""
+
+    type: Literal["content"]
+    content: str | list[TextPart]
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
 class SamplingRequest(Strict):
     """Fields shared by both completion endpoints."""
 
@@ -97,6 +109,7 @@ class SamplingRequest(Strict):
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
     response_format: ResponseFormat | None = None
+    prediction: Prediction | None = None  # Predicted Outputs (a drafter; output unchanged)
     user: str | None = None  # an end-user id; recorded nowhere, accepted for compatibility
     # extensions
     top_k: int | None = None
@@ -219,11 +232,21 @@ class PromptTokensDetails(BaseModel):
     cached_tokens: int  # prompt tokens reused from the cache (OpenAI's name)
 
 
+class CompletionTokensDetails(BaseModel):
+    """OpenAI's names. Predicted Outputs: prediction tokens drafted and accepted, and drafted
+    and rejected by verification (never drafted: in neither)."""
+
+    reasoning_tokens: int = 0
+    accepted_prediction_tokens: int
+    rejected_prediction_tokens: int
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails
+    completion_tokens_details: CompletionTokensDetails
 
 
 class TokenProvenance(BaseModel):
