@@ -1,9 +1,10 @@
 """The OpenAI-compatible app: ``create_app(engine)`` builds one FastAPI app per engine.
 
 Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /infill (llama.cpp's
-fill-in-the-middle), GET /v1/models, GET /health, GET /metrics. All state lives on ``app.state.localspec`` (a Service); nothing is global.
-Middleware, outermost first: request counting, request ids and the last-resort 500, the
-Host/Origin/Content-Type guard, CORS, the API key, the body size limit.
+fill-in-the-middle), GET /v1/models, GET /health, GET /metrics. All state lives on
+``app.state.localspec`` (a Service); nothing is global. Middleware, outermost first: request
+counting, request ids and the last-resort 500, the Host/Origin/Content-Type guard, CORS, the API
+key, the body size limit.
 """
 
 from __future__ import annotations

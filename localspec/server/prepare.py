@@ -21,10 +21,12 @@ from localspec.server.schemas import (
 from localspec.text.chat_template import chat_format, render_chat
 from localspec.text.fim import (
     ExtraChunk,
+    FimInput,
     FimTokens,
-    build_fim_prompt,
     find_fim_tokens,
     missing_fim_error,
+    model_fim_prompt,
+    special_prefix,
 )
 from localspec.text.grammar import JSON_OBJECT_GBNF, json_schema_to_gbnf
 from localspec.text.grammar_check import DEFAULT_LIMITS, GrammarLimits
@@ -60,7 +62,7 @@ class Preparer:
         self._engine = engine
         self._format = chat_format(engine.info.chat_template, chat_template, defaults.stop)
         self._defaults = replace(defaults, stop=())
-        self._bos_prefix = _special_prefix(engine)
+        self._bos_prefix = special_prefix(engine)
         self._max_tokens = max_tokens
         self._grammar_limits = grammar_limits
         self._max_prompt_bytes = engine.info.n_ctx * _max_token_bytes(engine)
@@ -117,8 +119,8 @@ class Preparer:
         prompt = request.prompt_value()
         if request.suffix is not None:  # OpenAI's fill-in-the-middle: prompt, gap, suffix
             assert isinstance(prompt, str)  # check_supported
-            return self._fill(request, prefix=prompt, suffix=request.suffix, param="suffix",
-                              max_tokens=request.token_limit())
+            return self._fill(request, FimInput(prompt, request.suffix), "suffix",
+                              request.token_limit())
         tokens = self.tokenize(prompt, chat=False) if isinstance(prompt, str) else list(prompt)
         if not tokens:
             raise InvalidParameterError("The prompt is empty; send some text.")
@@ -134,30 +136,22 @@ class Preparer:
         ``n_predict=0`` only prefills the prompt (one token is generated, and not sent)."""
         request.check_supported()
         limit = 1 if request.n_predict == 0 else request.token_limit()
-        extra = [ExtraChunk(c.filename, c.text) for c in request.input_extra]
-        return self._fill(request, prefix=request.input_prefix, suffix=request.input_suffix,
-                          prompt=request.prompt, extra=extra, param="input_prefix",
-                          max_tokens=limit)
+        extra = tuple(ExtraChunk(c.filename, c.text) for c in request.input_extra)
+        fill = FimInput(request.input_prefix, request.input_suffix, request.prompt, extra)
+        return self._fill(request, fill, "input_prefix", limit)
 
-    def _fill(
-        self, request: SamplingRequest, *, prefix: str, suffix: str, param: str,
-        max_tokens: int | None, prompt: str = "", extra: list[ExtraChunk] | None = None,
-    ) -> Prepared:
-        fim = self.fim_tokens()
-        if fim is None:
-            raise missing_fim_error(param)
-        texts = [prefix, suffix, prompt, *(c.text + c.filename for c in extra or ())]
-        size = sum(len(t.encode("utf-8")) for t in texts)
+    def _fill(self, request: SamplingRequest, fill: FimInput, param: str,
+              max_tokens: int | None) -> Prepared:
+        size = fill.text_bytes()
         if size > 4 * self._max_prompt_bytes:  # trimming keeps the ends; this much is abuse
             raise PromptTooLongError(
                 f"The fill-in-the-middle text is {size} bytes, far more than the context of "
                 f"{self._engine.info.n_ctx} tokens can use; send less of the file.", param=param)
+        fim = self.fim_tokens()
+        if fim is None:
+            raise missing_fim_error(param)
         n_predict = min(max_tokens or self._max_tokens, self._max_tokens)
-        built = build_fim_prompt(
-            fim, self._plain_tokens, prefix=prefix, suffix=suffix, prompt=prompt,
-            extra=extra or (), bos=self._bos_prefix, n_ctx=self._engine.info.n_ctx,
-            n_predict=n_predict,
-        )
+        built = model_fim_prompt(self._engine, fill, n_predict, fim=fim)
         prepared = self._prepared(request, built.tokens, max_tokens)
         return replace(prepared, prompt_text=self._engine.detokenize(built.tokens))
 
@@ -169,10 +163,6 @@ class Preparer:
                 self._fim = find_fim_tokens(self._engine.info.n_vocab, self._engine.token_text)
                 self._fim_looked_up = True
             return self._fim
-
-    def _plain_tokens(self, text: str) -> list[int]:
-        """User text: no BOS added, special tokens' spellings read as text."""
-        return self._engine.tokenize(text, add_special=False, parse_special=False) if text else []
 
     def _prepared(
         self, request: SamplingRequest, tokens: list[int], max_tokens: int | None,
@@ -248,12 +238,3 @@ def _max_token_bytes(engine: Engine) -> int:
     factor of 4 for tokenizers that normalize text before matching."""
     longest = max(len(engine.token_text(t).encode("utf-8")) for t in range(engine.info.n_vocab))
     return 4 * max(longest, 4)
-
-
-def _special_prefix(engine: Engine) -> list[int]:
-    """The tokens the model adds in front of every prompt (usually just BOS, maybe nothing)."""
-    with_special = engine.tokenize("a", add_special=True, parse_special=False)
-    plain = engine.tokenize("a", add_special=False, parse_special=False)
-    if plain and with_special[-len(plain) :] == plain:
-        return with_special[: len(with_special) - len(plain)]
-    return with_special[:1] if len(with_special) > len(plain) else []

@@ -26,7 +26,6 @@ from localspec.errors import LocalspecError, QueueFullError
 from localspec.runtime.engine import Engine
 from localspec.server.body import decode_json
 from localspec.server.bridge import Disconnected, Failed, Finished
-from localspec.server.infill import InfillShape, LineStop
 from localspec.server.errors import (
     ApiError,
     from_api_error,
@@ -34,6 +33,7 @@ from localspec.server.errors import (
     from_unexpected,
     shutting_down,
 )
+from localspec.server.infill import InfillShape, LineStop
 from localspec.server.logprobs import chat_logprobs, completion_logprobs
 from localspec.server.metrics import ServerMetrics
 from localspec.server.middleware import request_id

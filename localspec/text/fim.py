@@ -25,8 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from localspec.errors import InvalidParameterError
+from localspec.types import EngineInfo
 
 FIM_WINDOW = 2048  # llama.cpp's default batch size: the prefix + suffix + prompt budget
 REPO_NAME = "myproject"  # llama.cpp's fixed names: a prompt it builds, we build the same
@@ -67,6 +69,34 @@ class ExtraChunk:
 
 
 @dataclass(frozen=True)
+class FimInput:
+    """What a fill-in-the-middle request asks (``/infill``'s fields, ``run --fim-*``): the text
+    before the gap, the text after it, text typed after the prefix, and other files' text."""
+
+    prefix: str
+    suffix: str
+    prompt: str = ""
+    extra: tuple[ExtraChunk, ...] = ()
+
+    def text_bytes(self) -> int:
+        texts = [self.prefix, self.suffix, self.prompt,
+                 *(c.text + c.filename for c in self.extra)]
+        return sum(len(t.encode("utf-8")) for t in texts)
+
+
+class Vocabulary(Protocol):
+    """What building a prompt needs of a model (localspec.runtime.engine.Engine has it)."""
+
+    @property
+    def info(self) -> EngineInfo: ...
+
+    def tokenize(self, text: str, add_special: bool = True,
+                 parse_special: bool = True) -> list[int]: ...
+
+    def token_text(self, token: int) -> str: ...
+
+
+@dataclass(frozen=True)
 class FimPrompt:
     tokens: list[int]
     prefix_dropped: int  # tokens trimmed off the prefix's start
@@ -92,6 +122,33 @@ def find_fim_tokens(n_vocab: int, token_text: Callable[[int], str]) -> FimTokens
         return None
     return FimTokens(ids["prefix"], ids["suffix"], ids["middle"],  # type: ignore[arg-type]
                      ids["repo"], ids["file_sep"])
+
+
+def model_fim_prompt(model: Vocabulary, request: FimInput, n_predict: int, *,
+                     fim: FimTokens | None = None, param: str = "prefix") -> FimPrompt:
+    """The FIM prompt of ``request`` for ``model`` (its FIM tokens: ``fim``, else looked up in
+    its vocabulary); raises InvalidParameterError naming ``param`` when it has none."""
+    fim = fim or find_fim_tokens(model.info.n_vocab, model.token_text)
+    if fim is None:
+        raise missing_fim_error(param)
+
+    def plain(text: str) -> list[int]:  # user text: no BOS, special tokens' spellings as text
+        return model.tokenize(text, add_special=False, parse_special=False) if text else []
+
+    return build_fim_prompt(
+        fim, plain, prefix=request.prefix, suffix=request.suffix, prompt=request.prompt,
+        extra=request.extra, bos=special_prefix(model), n_ctx=model.info.n_ctx,
+        n_predict=n_predict,
+    )
+
+
+def special_prefix(model: Vocabulary) -> list[int]:
+    """The tokens the model adds in front of every prompt (usually just BOS, maybe nothing)."""
+    with_special = model.tokenize("a", add_special=True, parse_special=False)
+    plain = model.tokenize("a", add_special=False, parse_special=False)
+    if plain and with_special[-len(plain) :] == plain:
+        return with_special[: len(with_special) - len(plain)]
+    return with_special[:1] if len(with_special) > len(plain) else []
 
 
 def missing_fim_error(param: str) -> InvalidParameterError:
