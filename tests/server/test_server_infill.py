@@ -139,6 +139,10 @@ def test_line_stops_end_the_completion_where_llama_cpp_does(server: BackgroundSe
     indented = infill(server, {**body, "n_indent": 2}).json()
     assert indented["content"] == "a" * 60 + "\n    b\n"
     assert indented["stop_type"] == "limit" and indented["has_new_line"] is True
+    # one token a step: the generation itself ends at the token that broke the rule
+    plain = {**body, "speculative": False}
+    cut = infill(server, {**plain, "n_indent": 2}).json()
+    assert cut["tokens_predicted"] < infill(server, plain).json()["tokens_predicted"]
     # one token a step (no forced drafts): 60 steps take more than 1 ms
     timed = infill(server, {**body, "t_max_predict_ms": 1, "speculative": False}).json()
     assert timed["content"] == "a" * 60 + "\n" and timed["stop_type"] == "limit"
