@@ -61,7 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--fim-suffix", metavar="FILE",
                         help="fill in the middle: the text after the gap (default: none)")
     parser.add_argument("--fim-extra", metavar="FILE", action="append", default=[],
-                        help="fill in the middle: another file's text as context (repeatable)")
+                        help="fill in the middle: another file's text as context (repeatable; "
+                        "default: none)")
     add_draft_max_argument(parser)
     parser.add_argument("--max-tokens", type=int, default=GenerationParams.max_tokens,
                         help="tokens to generate at most (default: %(default)s)")
