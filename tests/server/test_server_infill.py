@@ -97,6 +97,13 @@ def test_llama_vscode_request_gets_llama_cpp_answer(server: BackgroundServer,
     assert timings["predicted_n"] == answer["tokens_predicted"]
     assert timings["prompt_n"] + timings["cache_n"] == len(expected)
     assert answer["localspec"]["drafter"] == "ngram"
+    # its warm-up request, sent when the extra context changes: prefill only, nothing back
+    warm_up = {"id_slot": 0, "input_prefix": "", "input_suffix": "", "input_extra": EXTRA,
+               "prompt": "", "n_predict": 0, "samplers": [], "cache_prompt": True,
+               "t_max_prompt_ms": 500, "t_max_predict_ms": 1}
+    warm = infill(server, warm_up)
+    assert warm.status_code == 200, warm.text
+    assert warm.json()["content"] == "" and warm.json()["tokens_predicted"] == 0
 
 
 def test_greedy_infill_is_the_plain_completion_of_the_fim_prompt(
