@@ -2,6 +2,9 @@
 
 ``--chat`` sends the prompt as one user turn (after ``--system``) through the chat template (the
 pair's from models.toml, else the GGUF's, else ChatML), so an instruct model answers it.
+``--fim-prefix FILE`` / ``--fim-suffix FILE`` (and ``--fim-extra FILE``, repeatable) fill in the
+middle between two files' text with the model's FIM tokens, as ``POST /infill`` does; PROMPT is
+then optional: text typed after the prefix.
 Ctrl+C stops the generation within one step, ends the line and prints the stats so far.
 """
 
@@ -32,6 +35,7 @@ from localspec.files import read_input_text
 from localspec.runtime.engine import Engine
 from localspec.runtime.learned import restore_saved, save_learned, saved_path
 from localspec.text.chat_template import chat_format, chat_tokens
+from localspec.text.fim import ExtraChunk, FimInput, model_fim_prompt
 from localspec.types import GenerationParams, GenerationResult, GenerationStats
 
 INTERRUPTED = 130  # the shell's code for a process ended by Ctrl+C
@@ -43,7 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="generate text from a prompt",
         description="Generate from PROMPT ('-' reads standard input) with speculative decoding.",
     )
-    parser.add_argument("prompt", help="the prompt text, or - to read it from standard input")
+    parser.add_argument("prompt", nargs="?",
+                        help="the prompt text, or - to read it from standard input (with "
+                        "--fim-*: optional text typed after the prefix)")
     add_model_arguments(parser)
     parser.add_argument(
         "--chat", action="store_true",
@@ -51,6 +57,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "text)",
     )
     parser.add_argument("--system", help="a system message (with --chat; default: none)")
+    parser.add_argument("--fim-prefix", metavar="FILE",
+                        help="fill in the middle: the text before the gap (default: none)")
+    parser.add_argument("--fim-suffix", metavar="FILE",
+                        help="fill in the middle: the text after the gap (default: none)")
+    parser.add_argument("--fim-extra", metavar="FILE", action="append", default=[],
+                        help="fill in the middle: another file's text as context (repeatable; "
+                        "default: none)")
     add_draft_max_argument(parser)
     parser.add_argument("--max-tokens", type=int, default=GenerationParams.max_tokens,
                         help="tokens to generate at most (default: %(default)s)")
@@ -143,26 +156,61 @@ def run(args: argparse.Namespace) -> int:
     if args.system is not None and not args.chat:
         raise InvalidParameterError("--system only applies to chat mode: add --chat, or write "
                                     "the instruction into the prompt.")
-    text = _read_stdin() if args.prompt == "-" else args.prompt
+    fill = _fim_input(args)
+    if args.prompt is None and fill is None:
+        raise InvalidParameterError("Give a PROMPT (or - to read standard input), or a file to "
+                                    "fill in the middle of with --fim-prefix / --fim-suffix.")
+    text = _read_stdin() if args.prompt == "-" else args.prompt or ""
+    if fill is not None:
+        fill = replace(fill, prompt=text)
     choice = choose_models(args)
     params = _params(args, choice)
     with load_engine(args, choice) as engine:
         used_saved = not args.reset_stats and restore_saved(engine)
         try:
-            return _generate(args, engine, choice, text, params, used_saved=used_saved)
+            return _generate(args, engine, choice, text, params, used_saved=used_saved,
+                             fill=fill)
         finally:
             if params.speculative:
                 save_learned(saved_path(engine), engine.learned())
 
 
+def _fim_input(args: argparse.Namespace) -> FimInput | None:
+    """The --fim-* files as a FIM request (None without them); checked before the model loads."""
+    if args.fim_prefix is None and args.fim_suffix is None:
+        if args.fim_extra:
+            raise InvalidParameterError("--fim-extra is context for --fim-prefix / --fim-suffix; "
+                                        "give one of them too.")
+        return None
+    if args.chat:
+        raise InvalidParameterError("--fim-prefix / --fim-suffix fill in the middle of raw text; "
+                                    "leave out --chat.")
+    extra = tuple(ExtraChunk(path, _read_file("--fim-extra", path)) for path in args.fim_extra)
+    prefix = _read_file("--fim-prefix", args.fim_prefix) if args.fim_prefix else ""
+    suffix = _read_file("--fim-suffix", args.fim_suffix) if args.fim_suffix else ""
+    return FimInput(prefix, suffix, extra=extra)
+
+
+def _read_file(flag: str, path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read()
+    except OSError as error:
+        raise InvalidParameterError(f"{flag} {path}: cannot read it ({error.strerror}).") from None
+    except UnicodeDecodeError:
+        raise InvalidParameterError(f"{flag} {path} is not UTF-8 text.") from None
+
+
 def _generate(args: argparse.Namespace, engine: Engine, choice: ModelChoice, text: str,
-              params: GenerationParams, *, used_saved: bool) -> int:
+              params: GenerationParams, *, used_saved: bool, fill: FimInput | None = None) -> int:
     for note in limit_notes(args, choice.n_ctx, engine.info):
         _note(note)
     if params.grammar is not None:  # --grammar or --json-schema's, checked before it runs
         engine.check_grammar(params.grammar)
     prompt: str | list[int] = text
-    if args.chat:
+    if fill is not None:
+        prompt = model_fim_prompt(engine, fill, params.max_tokens, param="--fim-prefix").tokens
+    elif args.chat:
         kind = choice.kind.with_template_hint(engine.info.chat_template is not None)
         if kind.advice():
             _note(f"{choice.label} is {kind.advice()}.")

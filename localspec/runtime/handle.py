@@ -16,9 +16,10 @@ _DONE = object()
 class HandleListener(Protocol):
     """Takes a handle's events as they happen, on the engine thread, instead of its queue (the
     server's bridge to asyncio: localspec.server.bridge). Must return at once. (The end of a
-    generation whose RPC worker was lost mid-pass comes from the engine's watcher thread.)"""
+    generation whose RPC worker was lost mid-pass comes from the engine's watcher thread.)
+    ``on_chunk`` returning False stops the generation after that chunk, as ``cancel`` does."""
 
-    def on_chunk(self, chunk: Chunk) -> None: ...
+    def on_chunk(self, chunk: Chunk) -> bool | None: ...
 
     def on_end(self, result: GenerationResult | None, error: BaseException | None) -> None: ...
 
@@ -69,7 +70,8 @@ class RequestHandle:
     # Called on the engine thread only.
     def _on_chunk(self, chunk: Chunk) -> bool:
         if self._listener is not None:
-            self._listener.on_chunk(chunk)
+            if self._listener.on_chunk(chunk) is False:
+                self._cancel.set()
         else:
             self._chunks.put(chunk)
         return not self._cancel.is_set()

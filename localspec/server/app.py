@@ -1,9 +1,10 @@
 """The OpenAI-compatible app: ``create_app(engine)`` builds one FastAPI app per engine.
 
-Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
-GET /metrics. All state lives on ``app.state.localspec`` (a Service); nothing is global.
-Middleware, outermost first: request counting, request ids and the last-resort 500, the
-Host/Origin/Content-Type guard, CORS, the API key, the body size limit.
+Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /infill (llama.cpp's
+fill-in-the-middle), GET /v1/models, GET /health, GET /metrics. All state lives on
+``app.state.localspec`` (a Service); nothing is global. Middleware, outermost first: request
+counting, request ids and the last-resort 500, the Host/Origin/Content-Type guard, CORS, the API
+key, the body size limit.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ def _service(request: Request) -> Service:
 def _add_routes(app: FastAPI) -> None:
     app.add_api_route("/v1/chat/completions", chat_completions, methods=["POST"])
     app.add_api_route("/v1/completions", completions, methods=["POST"])
+    app.add_api_route("/infill", infill, methods=["POST"])
     app.add_api_route("/v1/models", list_models, methods=["GET"])
     app.add_api_route("/health", health, methods=["GET"])
     app.add_api_route("/metrics", metrics_text, methods=["GET"])
@@ -114,6 +116,13 @@ async def completions(request: Request) -> Response:
     service = _service(request)
     raw = await read_body(request, service.options.body_timeout)
     call = await service.prepare(service.completion_call, raw)
+    return await service.respond(request, call)
+
+
+async def infill(request: Request) -> Response:
+    service = _service(request)
+    raw = await read_body(request, service.options.body_timeout)
+    call = await service.prepare(service.infill_call, raw)  # FIM tokens, trimming
     return await service.respond(request, call)
 
 

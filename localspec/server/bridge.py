@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from starlette.requests import Request
 
 from localspec.runtime.engine import HandleListener, RequestHandle
+from localspec.server.infill import LineStop
 from localspec.types import Chunk, GenerationResult
 
 DISCONNECT_POLL_SECONDS = 0.1
@@ -44,8 +45,10 @@ class HandleReader:
     """One request's events on the loop: ``start`` submits it with this reader as its
     listener; ``await next()`` yields the chunks, then Finished or Failed."""
 
-    def __init__(self, on_finish: Callable[[GenerationResult], None] | None = None) -> None:
+    def __init__(self, on_finish: Callable[[GenerationResult], None] | None = None,
+                 stop_rule: LineStop | None = None) -> None:
         self._loop = asyncio.get_running_loop()
+        self._stop_rule = stop_rule if stop_rule is not None and stop_rule.active else None
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._on_finish = on_finish
         self._next_check = 0.0
@@ -55,8 +58,13 @@ class HandleReader:
         self.handle = submit(self)
 
     # Called on the engine thread.
-    def on_chunk(self, chunk: Chunk) -> None:
-        self._deliver(chunk)
+    def on_chunk(self, chunk: Chunk) -> bool:
+        """False (a stop rule ended the completion) stops the generation after this chunk."""
+        if self._stop_rule is None:
+            self._deliver(chunk)
+            return True
+        self._deliver(self._stop_rule.see(chunk))
+        return not self._stop_rule.stopped
 
     def on_end(self, result: GenerationResult | None, error: BaseException | None) -> None:
         if error is not None or result is None:

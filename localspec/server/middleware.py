@@ -13,7 +13,7 @@ from localspec.server.errors import ApiError, error_response, from_unexpected
 from localspec.server.metrics import ServerMetrics
 
 KNOWN_ENDPOINTS = frozenset(
-    {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"}
+    {"/v1/chat/completions", "/v1/completions", "/infill", "/v1/models", "/health", "/metrics"}
 )
 OPEN_PATHS = frozenset({"/health"})
 

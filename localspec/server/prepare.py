@@ -6,13 +6,28 @@ shows that it cannot fit the context is refused before it is tokenized.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from localspec.errors import InvalidParameterError, PromptTooLongError
 from localspec.runtime.engine import Engine
-from localspec.server.schemas import ChatCompletionRequest, CompletionRequest, SamplingRequest
+from localspec.server.schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    InfillRequest,
+    SamplingRequest,
+)
 from localspec.text.chat_template import chat_format, render_chat
+from localspec.text.fim import (
+    ExtraChunk,
+    FimInput,
+    FimTokens,
+    find_fim_tokens,
+    missing_fim_error,
+    model_fim_prompt,
+    special_prefix,
+)
 from localspec.text.grammar import JSON_OBJECT_GBNF, json_schema_to_gbnf
 from localspec.text.grammar_check import DEFAULT_LIMITS, GrammarLimits
 from localspec.types import GenerationParams
@@ -29,6 +44,7 @@ class Prepared:
     tokens: list[int]
     params: GenerationParams
     provenance: bool
+    prompt_text: str = ""  # the prompt as text, for responses that echo it (/infill)
 
 
 class Preparer:
@@ -46,10 +62,13 @@ class Preparer:
         self._engine = engine
         self._format = chat_format(engine.info.chat_template, chat_template, defaults.stop)
         self._defaults = replace(defaults, stop=())
-        self._bos_prefix = _special_prefix(engine)
+        self._bos_prefix = special_prefix(engine)
         self._max_tokens = max_tokens
         self._grammar_limits = grammar_limits
         self._max_prompt_bytes = engine.info.n_ctx * _max_token_bytes(engine)
+        self._fim: FimTokens | None = None
+        self._fim_looked_up = False
+        self._fim_lock = threading.Lock()
 
     def tokenize(self, text: str, *, chat: bool) -> list[int]:
         size = len(text.encode("utf-8"))
@@ -98,6 +117,10 @@ class Preparer:
     def completion(self, request: CompletionRequest) -> Prepared:
         request.check_supported()
         prompt = request.prompt_value()
+        if request.suffix is not None:  # OpenAI's fill-in-the-middle: prompt, gap, suffix
+            assert isinstance(prompt, str)  # check_supported
+            return self._fill(request, FimInput(prompt, request.suffix), "suffix",
+                              request.token_limit())
         tokens = self.tokenize(prompt, chat=False) if isinstance(prompt, str) else list(prompt)
         if not tokens:
             raise InvalidParameterError("The prompt is empty; send some text.")
@@ -107,6 +130,39 @@ class Preparer:
                 f"prompt=[...] is invalid: token ids must be in [0, {n_vocab})."
             )
         return self._prepared(request, tokens, request.token_limit())
+
+    def infill(self, request: InfillRequest) -> Prepared:
+        """llama.cpp's /infill: extra chunks, prefix, typed prompt, suffix (localspec.text.fim).
+        ``n_predict=0`` only prefills the prompt (one token is generated, and not sent)."""
+        request.check_supported()
+        limit = 1 if request.n_predict == 0 else request.token_limit()
+        extra = tuple(ExtraChunk(c.filename, c.text) for c in request.input_extra)
+        fill = FimInput(request.input_prefix, request.input_suffix, request.prompt, extra)
+        return self._fill(request, fill, "input_prefix", limit)
+
+    def _fill(self, request: SamplingRequest, fill: FimInput, param: str,
+              max_tokens: int | None) -> Prepared:
+        size = fill.text_bytes()
+        if size > 4 * self._max_prompt_bytes:  # trimming keeps the ends; this much is abuse
+            raise PromptTooLongError(
+                f"The fill-in-the-middle text is {size} bytes, far more than the context of "
+                f"{self._engine.info.n_ctx} tokens can use; send less of the file.", param=param)
+        fim = self.fim_tokens()
+        if fim is None:
+            raise missing_fim_error(param)
+        n_predict = min(max_tokens or self._max_tokens, self._max_tokens)
+        built = model_fim_prompt(self._engine, fill, n_predict, fim=fim)
+        prepared = self._prepared(request, built.tokens, max_tokens)
+        return replace(prepared, prompt_text=self._engine.detokenize(built.tokens))
+
+    def fim_tokens(self) -> FimTokens | None:
+        """The model's FIM tokens, looked up in its vocabulary once (on the first FIM request's
+        worker thread: a whole-vocabulary scan)."""
+        with self._fim_lock:
+            if not self._fim_looked_up:
+                self._fim = find_fim_tokens(self._engine.info.n_vocab, self._engine.token_text)
+                self._fim_looked_up = True
+            return self._fim
 
     def _prepared(
         self, request: SamplingRequest, tokens: list[int], max_tokens: int | None,
@@ -192,12 +248,3 @@ def _max_token_bytes(engine: Engine) -> int:
     factor of 4 for tokenizers that normalize text before matching."""
     longest = max(len(engine.token_text(t).encode("utf-8")) for t in range(engine.info.n_vocab))
     return 4 * max(longest, 4)
-
-
-def _special_prefix(engine: Engine) -> list[int]:
-    """The tokens the model adds in front of every prompt (usually just BOS, maybe nothing)."""
-    with_special = engine.tokenize("a", add_special=True, parse_special=False)
-    plain = engine.tokenize("a", add_special=False, parse_special=False)
-    if plain and with_special[-len(plain) :] == plain:
-        return with_special[: len(with_special) - len(plain)]
-    return with_special[:1] if len(with_special) > len(plain) else []

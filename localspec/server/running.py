@@ -14,6 +14,7 @@ from starlette.requests import Request
 from localspec.runtime.engine import Engine
 from localspec.server.bridge import Disconnected, Event, HandleReader
 from localspec.server.errors import ApiError
+from localspec.server.infill import InfillShape
 from localspec.server.prepare import Prepared
 from localspec.server.request_queue import QueueTimeout, RequestQueue, Ticket
 from localspec.server.responses import Shape
@@ -29,7 +30,7 @@ class Call:
 
     request: SamplingRequest
     prepared: Prepared
-    shape: Shape
+    shape: Shape | InfillShape
     endpoint: str
 
 
@@ -72,7 +73,9 @@ class Run:
         if self.ticket.stopped is not None:
             raise self.ticket.stopped
         prepared = self.call.prepared
-        self.reader = HandleReader(on_finish)
+        shape = self.call.shape
+        stop_rule = shape.stop_rule if isinstance(shape, InfillShape) else None
+        self.reader = HandleReader(on_finish, stop_rule)
         self.reader.start(lambda listener: engine.submit(prepared.tokens, prepared.params,
                                                          listener=listener))
         self.ticket.on_stop = self.reader.interrupt

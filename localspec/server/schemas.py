@@ -207,8 +207,9 @@ class CompletionRequest(SamplingRequest):
             raise _unsupported("echo", "echo is not implemented")
         if self.best_of not in (None, 1):
             raise _unsupported("best_of", "only best_of=1 is supported")
-        if self.suffix:
-            raise _unsupported("suffix", "suffix (fill-in-the-middle) is not implemented")
+        if self.suffix is not None and not isinstance(self.prompt_value(), str):
+            raise _unsupported("suffix", "a suffix (fill-in-the-middle) needs a text prompt, "
+                               "not token ids")
 
     def prompt_value(self) -> str | list[int]:
         if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str):
@@ -216,6 +217,77 @@ class CompletionRequest(SamplingRequest):
         return self.prompt  # type: ignore[return-value]
 
     def token_limit(self) -> int | None:
+        return self.max_tokens
+
+
+class InfillChunk(BaseModel):
+    """One ``input_extra`` entry of ``/infill``: other keys (llama.vscode sends ``time``) are
+    ignored, as llama.cpp's server does."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    text: str
+    filename: str = "tmp"  # llama.cpp's default name
+
+
+_EXTRA_SHAPE = "it must be a list of {\"filename\": string, \"text\": string} objects"
+
+
+class InfillRequest(SamplingRequest):
+    """llama.cpp server's ``POST /infill`` (docs/server.md, "Coding assistants"): the sampling
+    fields of the completion endpoints (``n_predict`` for ``max_tokens``) plus its FIM fields."""
+
+    model: str = ""  # optional here: llama.cpp's clients send it only when configured
+    input_prefix: str = ""
+    input_suffix: str = ""
+    input_extra: list[InfillChunk] = Field(default_factory=list)
+    prompt: str = ""  # typed after the prefix, before the cursor
+    n_predict: int | None = None  # -1: the server's cap; 0: only prefill (warm the cache)
+    n_indent: int = 0  # stop at a line indented less than this (0: off)
+    t_max_predict_ms: int = 0  # stop at a newline once generating took this long (<= 0: off)
+    return_tokens: bool = False
+    # Accepted for llama.vscode, not honoured (docs/server.md says why): one completion comes
+    # back whatever n_cmpl, localspec's sampler chain is fixed, slots are not pinned, and
+    # llama.cpp does not implement t_max_prompt_ms either.
+    n_cmpl: int | None = None
+    samplers: list[str] | None = None
+    id_slot: int | None = None
+    t_max_prompt_ms: int | None = None
+
+    @field_validator("input_extra", mode="before")
+    @classmethod
+    def _chunks(cls, value: Any) -> Any:
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("text"), str)
+            and isinstance(c.get("filename", ""), str) for c in value
+        ):
+            raise ValueError(_EXTRA_SHAPE)
+        return value
+
+    @field_validator("n_predict", "n_indent", "t_max_predict_ms", "n_cmpl", "id_slot",
+                     "t_max_prompt_ms", mode="before")
+    @classmethod
+    def _integers(cls, value: Any) -> Any:
+        if isinstance(value, bool) or (value is not None and not isinstance(value, int)):
+            raise ValueError("an integer is needed here")
+        return value
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        if self.n_predict is not None and self.n_predict < -1:
+            raise _unsupported("n_predict", "it must be -1 (up to the server's cap), 0 (only "
+                               "prefill) or a positive number of tokens")
+        if self.n_indent < 0:
+            raise _unsupported("n_indent", "it must be 0 (off) or a positive indentation")
+        if self.n_cmpl is not None and self.n_cmpl < 1:
+            raise _unsupported("n_cmpl", "it must be at least 1")
+
+    def token_limit(self) -> int | None:
+        """n_predict wins over max_tokens (llama.cpp); -1 and 0 mean the server's cap."""
+        if self.n_predict is not None:
+            return None if self.n_predict <= 0 else self.n_predict
         return self.max_tokens
 
 

@@ -33,6 +33,7 @@ from localspec.server.errors import (
     from_unexpected,
     shutting_down,
 )
+from localspec.server.infill import InfillShape, LineStop
 from localspec.server.logprobs import chat_logprobs, completion_logprobs
 from localspec.server.metrics import ServerMetrics
 from localspec.server.middleware import request_id
@@ -47,7 +48,7 @@ from localspec.server.responses import (
     usage_of,
 )
 from localspec.server.running import Call, Run
-from localspec.server.schemas import ChatCompletionRequest, CompletionRequest
+from localspec.server.schemas import ChatCompletionRequest, CompletionRequest, InfillRequest
 from localspec.types import Chunk, GenerationResult, TokenLogprob
 
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for "the client went away"
@@ -61,6 +62,7 @@ def _field_names(model: type[BaseModel]) -> frozenset[str]:
 
 _CHAT_FIELDS = _field_names(ChatCompletionRequest)
 _COMPLETION_FIELDS = _field_names(CompletionRequest)
+_INFILL_FIELDS = _field_names(InfillRequest)
 # Requests decoded and prepared at once on worker threads. The work is Python under the GIL:
 # more threads at it would only take the GIL from the event loop (eight 2.6 MB bodies kept
 # /health waiting 12 s), not finish sooner.
@@ -119,6 +121,16 @@ class Service:
         self.check_model(body.model)
         prepared = self.preparer.completion(body)
         return Call(body, prepared, Shape("completion", self.model_name), "/v1/completions")
+
+    def infill_call(self, raw: bytes) -> Call:
+        body = InfillRequest.model_validate(decode_json(raw, _INFILL_FIELDS))
+        if body.model:
+            self.check_model(body.model)
+        prepared = self.preparer.infill(body)
+        rule = LineStop(body.n_indent, body.t_max_predict_ms, keep_nothing=body.n_predict == 0)
+        shape = InfillShape(self.model_name, body, len(prepared.tokens), prepared.prompt_text,
+                            rule)
+        return Call(body, prepared, shape, "/infill")
 
     # ---- answering (the event loop) -----------------------------------------------------
 
@@ -194,6 +206,9 @@ class Service:
             event = await run.next(watch_client=True)
         result = run.final(event.result)
         extension = self._extension(call, result)
+        if isinstance(call.shape, InfillShape):
+            return JSONResponse(call.shape.final(result, call.prepared.params, extension,
+                                                 self._stopping_word(call, result), False))
         if call.prepared.provenance:
             extension["provenance"] = provenance_of(
                 result.tokens, result.provenance, self._piece
@@ -202,6 +217,15 @@ class Service:
         kept = result.logprobs[: result.completion_tokens] if result.logprobs is not None else None
         logprobs = self._logprobs(call, kept, 0)
         return JSONResponse(call.shape.full(result, usage, extension, logprobs))
+
+    def _stopping_word(self, call: Call, result: GenerationResult) -> str:
+        """The stop string that ended the result ("" when none did): it is in the text of the
+        tokens past those whose text was kept."""
+        stops = call.prepared.params.stop
+        if result.finish_reason != "stop" or not stops or result.text_tokens is None:
+            return ""
+        tail = self.engine.detokenize(result.tokens[max(0, result.text_tokens - 1):])
+        return next((s for s in stops if s in tail), "")
 
     def _logprobs(
         self, call: Call, logprobs: list[TokenLogprob] | None, offset: int
@@ -231,7 +255,7 @@ class Service:
                 await run.wait_turn(watch_client=False)
                 self._submit(run)
                 first = await run.next()
-            if shape.kind == "chat":
+            if isinstance(shape, Shape) and shape.kind == "chat":
                 yield _data(shape.chunk("", role=True, with_usage_field=usage_field))
             event, offset = first, 0
             while True:
@@ -243,14 +267,16 @@ class Service:
                 elif isinstance(event, Finished):
                     for body in self._final_bodies(call, run.final(event.result)):
                         yield _data(body)
-                    yield {"data": "[DONE]"}
+                    if isinstance(shape, Shape):  # llama.cpp's /infill stream has no [DONE]
+                        yield {"data": "[DONE]"}
                     return
                 elif isinstance(event, Failed):
                     raise event.error
                 event = await run.next()
         except Exception as error:  # noqa: BLE001 - the stream is open: an error event ends it
             yield _data(self._stream_error(run, error))
-            yield {"data": "[DONE]"}
+            if isinstance(shape, Shape):
+                yield {"data": "[DONE]"}
         finally:
             run.close()  # a disconnect lands here; a finished handle ignores the cancel
 
@@ -268,6 +294,8 @@ class Service:
         return body
 
     def _chunk_body(self, call: Call, chunk: Chunk, offset: int) -> dict[str, Any] | None:
+        if isinstance(call.shape, InfillShape):
+            return call.shape.partial(chunk)
         extension = None
         if call.prepared.provenance:
             sources = provenance_of(chunk.tokens, chunk.provenance, self._piece)
@@ -282,6 +310,9 @@ class Service:
 
     def _final_bodies(self, call: Call, result: GenerationResult) -> list[dict[str, Any]]:
         extension = self._extension(call, result)
+        if isinstance(call.shape, InfillShape):
+            word = self._stopping_word(call, result)
+            return [call.shape.final(result, call.prepared.params, extension, word, True)]
         final = call.shape.chunk(
             "",
             finish_reason=finish_reason_of(result.finish_reason),

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     import gguf
 
 SPECIAL_TOKENS = ("<|bos|>", "<|eos|>", "<|im_start|>", "<|im_end|>")
+# Qwen2.5-Coder's fill-in-the-middle tokens, in a vocabulary built with TinyConfig(fim=True).
+FIM_TOKENS = ("<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|repo_name|>",
+              "<|file_sep|>")
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
@@ -50,6 +53,7 @@ class TinyConfig:
     head_scale: float = 3.0  # larger: peakier next-token distributions
     head_type: str = "F32"  # "Q8_0": store output.weight quantized, as real GGUFs often do
     extra_tokens: int = 0  # unused tokens after the merges: a large vocabulary, a large head
+    fim: bool = False  # add FIM_TOKENS after the special tokens
     seed: int = 0
 
 
@@ -157,7 +161,12 @@ def _weights(
 def vocab_tokens(cfg: TinyConfig) -> list[str]:
     """The vocabulary of every tiny model built with `cfg`: bytes, merges, unused, specials."""
     tokens, _merges = build_vocab(cfg.n_merges)
-    return tokens + [f"<unused{i}>" for i in range(cfg.extra_tokens)] + list(SPECIAL_TOKENS)
+    return tokens + [f"<unused{i}>" for i in range(cfg.extra_tokens)] + list(special_tokens(cfg))
+
+
+def special_tokens(cfg: TinyConfig) -> tuple[str, ...]:
+    """The control tokens at the end of the vocabulary."""
+    return SPECIAL_TOKENS + (FIM_TOKENS if cfg.fim else ())
 
 
 def add_tokenizer(writer: gguf.GGUFWriter, cfg: TinyConfig) -> None:
@@ -165,11 +174,12 @@ def add_tokenizer(writer: gguf.GGUFWriter, cfg: TinyConfig) -> None:
     import gguf
 
     tokens = vocab_tokens(cfg)
-    n_normal = len(tokens) - cfg.extra_tokens - len(SPECIAL_TOKENS)
+    n_special = len(special_tokens(cfg))
+    n_normal = len(tokens) - cfg.extra_tokens - n_special
     token_types = (
         [gguf.TokenType.NORMAL] * n_normal
         + [gguf.TokenType.UNUSED] * cfg.extra_tokens
-        + [gguf.TokenType.CONTROL] * len(SPECIAL_TOKENS)
+        + [gguf.TokenType.CONTROL] * n_special
     )
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("default")
