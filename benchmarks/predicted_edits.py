@@ -61,13 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="the first N edits only")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--max-tokens", type=int, default=768)
-    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args(argv)
 
     pair = resolve_pair(args.pair, download=False)
     drafter = args.draft or pair.drafter
-    engine = Engine.load(pair.target, drafter, n_ctx=4096, n_threads=args.threads)
+    options = {} if args.threads is None else {"n_threads": args.threads}
+    engine = Engine.load(pair.target, drafter, n_ctx=4096, **options)
     template = chat_format(engine.info.chat_template, pair.chat_template, pair.stop)
     base = GenerationParams(temperature=0.0, max_tokens=args.max_tokens, seed=0,
                             reuse_cache=False, stop=template.stop)
@@ -104,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             "accepted_prediction_tokens": outputs["predicted"].stats.accepted_prediction_tokens,
             "rejected_prediction_tokens": outputs["predicted"].stats.rejected_prediction_tokens,
             "predicted_passes": outputs["predicted"].stats.target_passes,
+            "drafted_by_kind": {name: o.stats.drafted_by_kind for name, o in outputs.items()},
         }
         row["predicted_vs_drafter"] = row["predicted_tps"] / row["drafter_tps"]
         row["predicted_vs_plain"] = row["predicted_tps"] / row["plain_tps"]
