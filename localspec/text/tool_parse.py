@@ -324,7 +324,8 @@ class ToolCallParser:
             elif _HERMES_CLOSE.startswith(text) and not final:
                 self._buf = text
                 return
-            self._buf, self._mode, self._after_call = text, "text", True  # a missing tag is forgiven
+            # (a missing close tag is forgiven)
+            self._buf, self._mode, self._after_call = text, "text", True
             return
         if not text:
             self._buf = text
