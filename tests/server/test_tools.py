@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -32,7 +31,8 @@ WEATHER = {
 }
 ADD = {
     "type": "object",
-    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "exact": {"type": "boolean"}},
+    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
+                   "exact": {"type": "boolean"}},
     "required": ["a", "b"],
 }
 SCHEMAS = {"get_weather": WEATHER, "add": ADD}
@@ -135,8 +135,9 @@ def test_streamed_calls_are_reassembled_by_the_client(client: openai.OpenAI,
 
 def test_a_tool_result_goes_back_through_the_template(client: openai.OpenAI,
                                                       engine: Engine) -> None:
+    arguments = '{"city": "Paris", "unit": "celsius"}'
     call = {"id": "call_abc", "type": "function",
-            "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'}}
+            "function": {"name": "get_weather", "arguments": arguments}}
     messages: list[Any] = [*ASK, {"role": "assistant", "content": None, "tool_calls": [call]},
                            {"role": "tool", "tool_call_id": "call_abc", "content": "18 C, sunny"}]
     response = client.chat.completions.create(
@@ -246,3 +247,40 @@ def test_an_unsupported_family_is_named(engine: Engine) -> None:
         answer = post(other, {"model": engine.info.target_name, "messages": ASK, "tools": TOOLS})
     assert answer.status_code == 400
     assert "GPT-OSS harmony" in answer.json()["error"]["message"]
+
+
+def real_pair_present() -> bool:
+    from localspec.models.registry import load_registry
+
+    registry = load_registry()
+    return all(registry.is_local(name) for name in ("qwen2.5-coder-1.5b-instruct",
+                                                    "qwen2.5-coder-0.5b-instruct"))
+
+
+@pytest.mark.skipif(not real_pair_present(), reason="the real Qwen2.5-Coder pair is absent "
+                    "(localspec pull qwen2.5-coder-1.5b)")
+def test_the_real_pair_calls_a_tool_that_validates() -> None:
+    """Qwen2.5-Coder 1.5B drafted by 0.5B, its own template: a required call parses and
+    follows the schema, and its syntax was drafted as forced text."""
+    from localspec.models.registry import resolve_pair
+
+    pair = resolve_pair("qwen2.5-coder-1.5b", download=False)
+    real = Engine.load(pair.target, pair.drafter, n_ctx=2048)
+    try:
+        with BackgroundServer(create_app(real, ServerOptions())) as running:
+            client = openai.OpenAI(base_url=f"{running.base_url}/v1", api_key="none",
+                                   timeout=300, max_retries=0)
+            response = client.chat.completions.create(
+                model=real.info.target_name, messages=ASK, tools=TOOLS, temperature=0,
+                tool_choice="required", max_tokens=40, parallel_tool_calls=False)
+    finally:
+        real.close()
+    choice = response.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    assert choice.message.tool_calls is not None and len(choice.message.tool_calls) == 1
+    call = choice.message.tool_calls[0].function
+    assert call.name == "get_weather"  # the one that fits the question
+    check_call(call.name, call.arguments)
+    assert json.loads(call.arguments)["city"] == "Paris"
+    ext = (response.model_extra or {})["localspec"]
+    assert ext["accepted_by_kind"].get("forced", 0) > 0
