@@ -288,8 +288,8 @@ class Service:
             if not deltas and (extension is not None or logprobs is not None):
                 deltas = [{}]
             return [call.shape.chunk("", delta=delta, with_usage_field=usage_field,
-                                     **({"extension": extension, "logprobs": logprobs}
-                                        if i == 0 else {}))
+                                     extension=extension if i == 0 else None,
+                                     logprobs=logprobs if i == 0 else None)
                     for i, delta in enumerate(deltas)]
         if not chunk.text and extension is None and logprobs is None:
             return []

@@ -41,7 +41,7 @@ TOOLS: list[Any] = [
                                       "parameters": schema}}
     for name, schema in SCHEMAS.items()
 ]
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+ASK: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
 # Llama 3.x and Mistral families, as far as detection and rendering go (tiny stand-ins).
 LLAMA3_TEMPLATE = (
     "{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
@@ -101,9 +101,10 @@ def test_required_calls_parse_and_follow_their_schema(client: openai.OpenAI,
 
 
 def test_a_named_function_is_the_one_called(client: openai.OpenAI, engine: Engine) -> None:
+    named: Any = {"type": "function", "function": {"name": "add"}}
     response = client.chat.completions.create(
         model=engine.info.target_name, messages=ASK, tools=TOOLS, temperature=0,
-        tool_choice={"type": "function", "function": {"name": "add"}}, max_tokens=200,
+        tool_choice=named, max_tokens=200,
     )
     calls = response.choices[0].message.tool_calls
     assert calls is not None and [c.function.name for c in calls] == ["add"]
