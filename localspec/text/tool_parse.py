@@ -17,6 +17,7 @@ where the call seemed to start, and the rest of the reply is content too.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from localspec.text.tool_calls import HERMES, LLAMA3, ToolFamily
@@ -24,6 +25,11 @@ from localspec.text.tool_calls import HERMES, LLAMA3, ToolFamily
 _SPACE = " \t\r\n"
 _HERMES_OPEN, _HERMES_CLOSE = "<tool_call>", "</tool_call>"
 _MISTRAL_OPEN = "[TOOL_CALLS]"
+# Hermes-family models (Qwen2.5-Coder among them) also write a call as a JSON code block:
+# ```json\n{"name": ...}\n``` (llama.cpp's Hermes parser accepts it too).
+_FENCE = "```"
+_FENCE_HEADER = re.compile(r"(?:json|JSON|xml)?[ \t]*\n[ \t\r\n]*")
+_FENCE_PARTIAL = re.compile(r"(?:j(?:s(?:on?)?)?|J(?:S(?:ON?)?)?|x(?:ml?)?|json|JSON|xml)?[ \t]*")
 _PYTHON_TAG = "<|python_tag|>"
 
 
@@ -189,6 +195,7 @@ class ToolCallParser:
         self._started = False  # the current call's CallStart was sent
         self._sent_args = 0
         self._after_call = False  # whitespace right after a call is dropped
+        self._closer = _HERMES_CLOSE  # what ends the current Hermes call
 
     def feed(self, text: str) -> list[Delta]:
         self._buf += text
@@ -214,8 +221,12 @@ class ToolCallParser:
         except _Malformed:
             if not self._started:
                 out.append(ContentDelta(self._raw))
-            out.append(ContentDelta(self._buf))
-            self._buf, self._mode, self._call, self._raw = "", "plain", None, ""
+            if self.family is HERMES and not self._started:  # later calls may still come
+                self._mode, self._call, self._raw = "text", None, ""
+                out += self._step(final)
+            else:
+                out.append(ContentDelta(self._buf))
+                self._buf, self._mode, self._call, self._raw = "", "plain", None, ""
         return _merged(out)
 
     def _plain(self, out: list[Delta], final: bool) -> None:
@@ -258,7 +269,10 @@ class ToolCallParser:
             self._after_call = not self._buf
             if not self._buf:
                 return
-        marker = _HERMES_OPEN if self.family is HERMES else _MISTRAL_OPEN
+        if self.family is HERMES:
+            self._hermes_text(out, final)
+            return
+        marker = _MISTRAL_OPEN
         at = self._buf.find(marker)
         if at >= 0:
             content = self._buf[:at].rstrip(_SPACE)
@@ -274,6 +288,52 @@ class ToolCallParser:
             cut = len(self._buf[: cut - _partial_suffix(self._buf, marker)].rstrip(_SPACE))
         out.append(ContentDelta(self._buf[:cut]))
         self._buf = self._buf[cut:]
+
+    def _hermes_text(self, out: list[Delta], final: bool) -> None:
+        """Content up to a <tool_call> tag or a JSON code block that holds a call."""
+        buf = self._buf
+        tag, fence = buf.find(_HERMES_OPEN), buf.find(_FENCE)
+        wait = None  # where held text starts
+        if fence >= 0 and (tag < 0 or fence < tag):
+            header = self._fence_header(buf[fence + len(_FENCE):], final)
+            if header is None:  # a code block of another kind: content
+                out.append(ContentDelta(buf[:fence + len(_FENCE)]))
+                self._buf = buf[fence + len(_FENCE):]
+                return
+            if header >= 0:
+                self._begin(out, fence, fence + len(_FENCE) + header, _FENCE)
+                return
+            wait = fence
+        elif tag >= 0:
+            self._begin(out, tag, tag + len(_HERMES_OPEN), _HERMES_CLOSE)
+            return
+        cut = len(buf) if wait is None else wait
+        if not final:  # keep what may start a marker, and the whitespace before it
+            held = max(_partial_suffix(buf[:cut], m) for m in (_HERMES_OPEN, _FENCE))
+            cut = len(buf[: cut - held].rstrip(_SPACE))
+        out.append(ContentDelta(buf[:cut]))
+        self._buf = buf[cut:]
+
+    def _begin(self, out: list[Delta], at: int, end: int, closer: str) -> None:
+        """A Hermes call's markup is ``buf[at:end]``: the content before it is certain."""
+        content = self._buf[:at].rstrip(_SPACE)
+        out.append(ContentDelta(content))
+        self._closer = closer
+        self._open_call(self._buf[end:], self._buf[len(content):end])
+        if closer == _FENCE and self._call is not None:
+            self._call.first_keys = ("name",)
+
+    @staticmethod
+    def _fence_header(rest: str, final: bool) -> int | None:
+        """After ```: the length of a json/xml header that a call object follows, None when
+        this is not a call's block, -1 when the text so far cannot tell."""
+        match = _FENCE_HEADER.match(rest)
+        if match is None:
+            return -1 if not final and _FENCE_PARTIAL.fullmatch(rest) else None
+        after = rest[match.end():]
+        if not after:
+            return -1 if not final else None
+        return match.end() if after.startswith("{") else None
 
     def _bracket(self, out: list[Delta], final: bool) -> None:
         """Mistral, after [TOOL_CALLS]: the array's '['."""
@@ -319,11 +379,13 @@ class ToolCallParser:
         """After a call object: the family's closing syntax."""
         text = self._buf.lstrip(_SPACE)
         if self.family is HERMES:
-            if text.startswith(_HERMES_CLOSE):
-                text = text[len(_HERMES_CLOSE):]
-            elif _HERMES_CLOSE.startswith(text) and not final:
-                self._buf = text
-                return
+            if text.startswith(self._closer):
+                text = text[len(self._closer):]
+            elif self._closer.startswith(text):  # a close tag not (yet, or ever) whole
+                if not final:
+                    self._buf = text
+                    return
+                text = ""
             # (a missing close tag is forgiven)
             self._buf, self._mode, self._after_call = text, "text", True
             return

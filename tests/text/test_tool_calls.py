@@ -53,6 +53,17 @@ REPLIES: list[tuple[ToolFamily, str, str | None, list[tuple[str, dict[str, objec
     (HERMES, '<tool_call>\n{"name": "f", "arguments": "{\\"x\\": [1, \\"}\\"]}"}\n</tool_call>',
      None, [("f", {"x": [1, "}"]})]),
     (HERMES, "Paris is sunny today, 18 C.", "Paris is sunny today, 18 C.", []),
+    # Qwen2.5-Coder 1.5B, tool_choice "auto": a call written as a JSON code block
+    (HERMES, '```json\n{\n  "name": "read_file",\n  "arguments": {\n    "path": "setup.py"\n'
+             '  }\n}\n```', None, [("read_file", {"path": "setup.py"})]),
+    (HERMES, "Like this:\n```python\nprint({'name': 1})\n```\nDone.",
+     "Like this:\n```python\nprint({'name': 1})\n```\nDone.", []),
+    (HERMES, 'The data:\n```json\n{"a": 1}\n```', 'The data:\n```json\n{"a": 1}\n```', []),
+    (HERMES, '```json\n{"a": 1}\n```\n<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>',
+     '```json\n{"a": 1}\n```', [("f", {})]),
+    # cut by max_tokens inside the close tag: the tag is markup, not content
+    (HERMES, '<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_', None,
+     [("f", {"x": 1})]),
     (HERMES, "Wrap calls in <tool_call> tags.", "Wrap calls in <tool_call> tags.", []),
     (HERMES, "<tool_call>\nnot json\n</tool_call>", "<tool_call>\nnot json\n</tool_call>", []),
     (LLAMA3, LLAMA_CALL, None, [("get_current_conditions", {"location": "San Francisco, CA",
@@ -108,7 +119,7 @@ def test_streams_split_anywhere_say_the_same(family: ToolFamily, reply: str,
             for delta in deltas:
                 if isinstance(delta, ContentDelta):
                     assert "<tool_call" not in delta.text and "[TOOL_CALLS" not in delta.text
-                    assert "{" not in delta.text
+                    assert '"name"' not in delta.text
 
 
 def test_a_call_cut_short_keeps_what_was_written() -> None:
