@@ -16,6 +16,7 @@ from localspec.server.tools import ToolPlan, plan_tools, template_message
 from localspec.text.chat_template import chat_format, render_chat
 from localspec.text.grammar import JSON_OBJECT_GBNF, json_schema_to_gbnf
 from localspec.text.grammar_check import DEFAULT_LIMITS, GrammarLimits
+from localspec.text.tool_calls import family_of
 from localspec.types import GenerationParams
 
 # Request fields copied onto GenerationParams when the client sets them.
@@ -95,7 +96,7 @@ class Preparer:
                 "larger --ctx.", param="messages")
 
     def render(self, request: ChatCompletionRequest, plan: ToolPlan | None = None) -> str:
-        family = plan.family if plan else None
+        family = plan.family if plan else family_of(self._format.template)
         messages = [template_message(m, i, family) for i, m in enumerate(request.messages)]
         info = self._engine.info
         return render_chat(

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from localspec.errors import InvalidParameterError
@@ -89,6 +90,16 @@ def detect_family(template: str) -> ToolFamily:
     raise unsupported("The model's chat template does not render tools, so the model would "
                       "never see them; load it with a chat_template that does (a Hermes/Qwen, "
                       "Llama 3.x or Mistral one), or send the request without tools.")
+
+
+@lru_cache(maxsize=8)
+def family_of(template: str) -> ToolFamily | None:
+    """The family of ``template``, or None (never an error): for rendering a conversation's
+    calls when no tools are offered."""
+    try:
+        return detect_family(template)
+    except InvalidParameterError:
+        return None
 
 
 @dataclass(frozen=True)

@@ -185,6 +185,23 @@ def test_other_families_are_forced_and_parsed(engine: Engine, template: str,
         check_call(call["function"]["name"], call["function"]["arguments"])
 
 
+def test_mistral_templates_get_nine_character_ids() -> None:
+    """Mistral's templates refuse other call ids: a call and its result map to the same one."""
+    from localspec.server.schemas import ChatMessage
+    from localspec.server.tools import template_message
+    from localspec.text.tool_calls import HERMES, MISTRAL
+
+    call = ChatMessage.model_validate({"role": "assistant", "tool_calls": [{
+        "id": "call_abc", "type": "function", "function": {"name": "f", "arguments": "{}"}}]})
+    result = ChatMessage.model_validate({"role": "tool", "tool_call_id": "call_abc",
+                                         "content": "ok"})
+    mapped = template_message(call, 0, MISTRAL)["tool_calls"][0]["id"]
+    assert len(mapped) == 9 and mapped.isalnum()
+    assert template_message(result, 1, MISTRAL)["tool_call_id"] == mapped
+    assert template_message(result, 1, HERMES)["tool_call_id"] == "call_abc"
+    assert template_message(call, 0, HERMES)["tool_calls"][0]["function"]["arguments"] == {}
+
+
 def post(server: BackgroundServer, body: dict[str, Any]) -> httpx.Response:
     return httpx.post(f"{server.base_url}/v1/chat/completions", json=body, timeout=60)
 
