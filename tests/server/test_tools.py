@@ -134,6 +134,19 @@ def test_streamed_calls_are_reassembled_by_the_client(client: openai.OpenAI,
         check_call(call.function.name, call.function.arguments)
 
 
+def test_auto_text_streams_as_it_is_answered_whole(client: openai.OpenAI,
+                                                  engine: Engine) -> None:
+    """A reply with no call (a tiny random model's, in "auto"): content only, streamed the
+    same as whole, the text the template's prompt gives plainly."""
+    request: dict[str, Any] = dict(model=engine.info.target_name, messages=ASK, tools=TOOLS,
+                                   temperature=0, max_tokens=16)
+    whole = client.chat.completions.create(**request).choices[0]
+    chunks = list(client.chat.completions.create(**request, stream=True))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert whole.message.tool_calls is None and whole.finish_reason == "length"
+    assert streamed == whole.message.content and streamed
+
+
 def test_a_tool_result_goes_back_through_the_template(client: openai.OpenAI,
                                                       engine: Engine) -> None:
     arguments = '{"city": "Paris", "unit": "celsius"}'
