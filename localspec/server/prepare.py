@@ -18,6 +18,7 @@ from localspec.server.schemas import (
     InfillRequest,
     SamplingRequest,
 )
+from localspec.server.tools import ToolPlan, plan_tools, template_message
 from localspec.text.chat_template import chat_format, render_chat
 from localspec.text.fim import (
     ExtraChunk,
@@ -30,6 +31,7 @@ from localspec.text.fim import (
 )
 from localspec.text.grammar import JSON_OBJECT_GBNF, json_schema_to_gbnf
 from localspec.text.grammar_check import DEFAULT_LIMITS, GrammarLimits
+from localspec.text.tool_calls import family_of
 from localspec.types import GenerationParams
 
 # Request fields copied onto GenerationParams when the client sets them.
@@ -45,6 +47,7 @@ class Prepared:
     params: GenerationParams
     provenance: bool
     prompt_text: str = ""  # the prompt as text, for responses that echo it (/infill)
+    tools: ToolPlan | None = None  # a reply to read for tool calls (server/tools.py)
 
 
 class Preparer:
@@ -85,10 +88,14 @@ class Preparer:
     def chat(self, request: ChatCompletionRequest) -> Prepared:
         request.check_supported()
         self._check_conversation_size(request)
-        tokens = self.tokenize(self.render(request), chat=True)
+        plan = plan_tools(request.tools, request.tool_choice, request.parallel_tool_calls,
+                          self._format.template)
+        tokens = self.tokenize(self.render(request, plan), chat=True)
         if self._bos_prefix and tokens[: len(self._bos_prefix)] != self._bos_prefix:
             tokens = self._bos_prefix + tokens
-        return self._prepared(request, tokens, request.token_limit(), self._format.stop)
+        prepared = self._prepared(request, tokens, request.token_limit(), self._format.stop,
+                                  plan.grammar if plan else None)
+        return replace(prepared, tools=plan)
 
     def _check_conversation_size(self, request: ChatCompletionRequest) -> None:
         """Before the template renders it (Python, under the GIL): a conversation with more
@@ -107,11 +114,13 @@ class Preparer:
                 f"context of {n_ctx} tokens can be; shorten them or restart the server with a "
                 "larger --ctx.", param="messages")
 
-    def render(self, request: ChatCompletionRequest) -> str:
-        messages = [{"role": m.template_role, "content": m.text()} for m in request.messages]
+    def render(self, request: ChatCompletionRequest, plan: ToolPlan | None = None) -> str:
+        family = plan.family if plan else family_of(self._format.template)
+        messages = [template_message(m, i, family) for i, m in enumerate(request.messages)]
         info = self._engine.info
         return render_chat(
-            self._format.template, messages, bos_token=info.bos_text, eos_token=info.eos_text
+            self._format.template, messages, bos_token=info.bos_text, eos_token=info.eos_text,
+            tools=plan.template_tools if plan else None,
         )
 
     def completion(self, request: CompletionRequest) -> Prepared:
@@ -166,7 +175,7 @@ class Preparer:
 
     def _prepared(
         self, request: SamplingRequest, tokens: list[int], max_tokens: int | None,
-        template_stop: tuple[str, ...] = (),
+        template_stop: tuple[str, ...] = (), tool_grammar: str | None = None,
     ) -> Prepared:
         n_ctx = self._engine.info.n_ctx
         room = n_ctx - len(tokens)
@@ -177,8 +186,10 @@ class Preparer:
                 param="messages" if isinstance(request, ChatCompletionRequest) else "prompt",
             )
         params = replace(self._defaults, **_overrides(request))
+        if tool_grammar is not None:
+            params = replace(params, grammar=tool_grammar)
         if params.grammar is not None:
-            self._check_grammar(request, params.grammar)
+            self._check_grammar(request, params.grammar, tool_grammar is not None)
         limit = min(max_tokens, self._max_tokens) if max_tokens is not None else self._max_tokens
         stop = tuple(dict.fromkeys((*template_stop, *request.stop_strings())))
         params = replace(params, max_tokens=min(limit, room), stop=stop)
@@ -196,10 +207,11 @@ class Preparer:
                 f"{self._engine.info.n_ctx} tokens can be; send a shorter one.", param="prediction")
         return self._engine.prediction_tokens(text)
 
-    def _check_grammar(self, request: SamplingRequest, grammar: str) -> None:
+    def _check_grammar(self, request: SamplingRequest, grammar: str, tools: bool) -> None:
         """localspec's own check and limits first (llama.cpp's parser then never meets a
         grammar it would refuse, echo or expand without bound), then llama.cpp's."""
-        param = "grammar" if request.grammar is not None else "response_format"
+        param = "tools" if tools else (
+            "grammar" if request.grammar is not None else "response_format")
         self._engine.check_grammar(grammar, self._grammar_limits, param)
 
 

@@ -15,6 +15,7 @@ from localspec.server.schemas import (
     TokenProvenance,
     Usage,
 )
+from localspec.server.tools import ToolReply
 from localspec.types import GenerationResult, GenerationStats, Provenance
 
 Kind = Literal["chat", "completion"]
@@ -93,14 +94,18 @@ class Shape:
     def full(
         self, result: GenerationResult, usage: dict[str, int], extension: dict[str, Any],
         logprobs: dict[str, Any] | None = None,
+        tools: ToolReply | None = None,
     ) -> dict[str, Any]:
+        """``tools``: the reply read for tool calls (its message and finish reason)."""
+        reason = finish_reason_of(result.finish_reason)
         choice: dict[str, Any] = {
             "index": 0,
-            "finish_reason": finish_reason_of(result.finish_reason),
+            "finish_reason": tools.finish_reason(reason) if tools else reason,
             "logprobs": logprobs,
         }
         if self.kind == "chat":
-            choice["message"] = {"role": "assistant", "content": result.text}
+            choice["message"] = (tools.message() if tools
+                                 else {"role": "assistant", "content": result.text})
         else:
             choice["text"] = result.text
         body = {**self._envelope(False), "choices": [choice], "usage": usage}
@@ -115,14 +120,17 @@ class Shape:
         extension: dict[str, Any] | None = None,
         with_usage_field: bool = False,
         logprobs: dict[str, Any] | None = None,
+        delta: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """``delta``: a chat delta to send instead of ``text`` (a tool call's part)."""
         choice: dict[str, Any] = {
             "index": 0, "finish_reason": finish_reason, "logprobs": logprobs,
         }
         if self.kind == "chat":
-            delta: dict[str, Any] = {"role": "assistant"} if role else {}
-            if text or role:
-                delta["content"] = text
+            if delta is None:
+                delta = {"role": "assistant"} if role else {}
+                if text or role:
+                    delta["content"] = text
             choice["delta"] = delta
         else:
             choice["text"] = text

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from localspec.errors import InvalidParameterError
+from localspec.server.tools import Tool, ToolCallIn, ToolChoice, check_tool_request
 
 
 class Strict(BaseModel):
@@ -57,6 +58,9 @@ class ChatMessage(BaseModel):
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
+    tool_calls: list[ToolCallIn] | None = None  # an assistant's calls (server/tools.py)
+    tool_call_id: str | None = None  # a tool result: the call it answers
+    name: str | None = None
 
     @field_validator("content", mode="before")
     @classmethod
@@ -171,9 +175,24 @@ class ChatCompletionRequest(SamplingRequest):
     max_completion_tokens: int | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: StrictBool | None = None
+    functions: list[Any] | None = None  # OpenAI's deprecated form of tools: refused by name
+    function_call: Any = None
 
     def check_supported(self) -> None:
         super().check_supported()
+        for legacy in ("functions", "function_call"):
+            if getattr(self, legacy) is not None:
+                raise _unsupported(legacy, f"{legacy} is OpenAI's deprecated form of tool "
+                                   "calls; send tools (and tool_choice) instead")
+        check_tool_request(self.tools, self.tool_choice)
+        forcing = self.tools and self.tool_choice not in (None, "auto", "none")
+        if forcing and (self.grammar is not None or (
+                self.response_format is not None and self.response_format.type != "text")):
+            raise _unsupported("tool_choice", "a required or named tool call already shapes "
+                               "the reply; send no grammar or response_format with it")
         if self.top_logprobs is not None and not self.logprobs:
             raise _unsupported("top_logprobs", "top_logprobs needs logprobs=true")
         if (

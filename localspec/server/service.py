@@ -49,6 +49,8 @@ from localspec.server.responses import (
 )
 from localspec.server.running import Call, Run
 from localspec.server.schemas import ChatCompletionRequest, CompletionRequest, InfillRequest
+from localspec.server.tools import ToolReply
+from localspec.text.tool_calls import ToolFamily
 from localspec.types import Chunk, GenerationResult, TokenLogprob
 
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for "the client went away"
@@ -216,7 +218,11 @@ class Service:
         usage = usage_of(result, len(call.prepared.tokens))
         kept = result.logprobs[: result.completion_tokens] if result.logprobs is not None else None
         logprobs = self._logprobs(call, kept, 0)
-        return JSONResponse(call.shape.full(result, usage, extension, logprobs))
+        tools = None
+        if call.prepared.tools is not None:  # a long reply is read off the event loop
+            tools = await anyio.to_thread.run_sync(
+                _read_reply, call.prepared.tools.family, result.text)
+        return JSONResponse(call.shape.full(result, usage, extension, logprobs, tools))
 
     def _stopping_word(self, call: Call, result: GenerationResult) -> str:
         """The stop string that ended the result ("" when none did): it is in the text of the
@@ -258,14 +264,14 @@ class Service:
             if isinstance(shape, Shape) and shape.kind == "chat":
                 yield _data(shape.chunk("", role=True, with_usage_field=usage_field))
             event, offset = first, 0
+            tools = ToolReply(call.prepared.tools.family) if call.prepared.tools else None
             while True:
                 if isinstance(event, Chunk):
-                    body = self._chunk_body(call, event, offset)
-                    offset += len(event.text)
-                    if body is not None:
+                    for body in self._chunk_bodies(call, event, offset, tools):
                         yield _data(body)
+                    offset += len(event.text)
                 elif isinstance(event, Finished):
-                    for body in self._final_bodies(call, run.final(event.result)):
+                    for body in self._final_bodies(call, run.final(event.result), tools):
                         yield _data(body)
                     if isinstance(shape, Shape):  # llama.cpp's /infill stream has no [DONE]
                         yield {"data": "[DONE]"}
@@ -293,36 +299,58 @@ class Service:
         body: dict[str, Any] = json.loads(bytes(response.body))
         return body
 
-    def _chunk_body(self, call: Call, chunk: Chunk, offset: int) -> dict[str, Any] | None:
+    def _chunk_bodies(self, call: Call, chunk: Chunk, offset: int,
+                      tools: ToolReply | None) -> list[dict[str, Any]]:
+        """The stream bodies of one engine chunk: its text, or with tools the deltas it
+        makes certain (content, a call's start, argument fragments; maybe none yet)."""
         if isinstance(call.shape, InfillShape):
-            return call.shape.partial(chunk)
+            body = call.shape.partial(chunk)
+            return [] if body is None else [body]
         extension = None
         if call.prepared.provenance:
             sources = provenance_of(chunk.tokens, chunk.provenance, self._piece)
             extension = {"provenance": sources}
         logprobs = self._logprobs(call, chunk.logprobs or None, offset)
+        usage_field = call.request.include_usage
+        if tools is not None:
+            deltas = tools.push(chunk.text)
+            if not deltas and (extension is not None or logprobs is not None):
+                deltas = [{}]
+            return [call.shape.chunk("", delta=delta, with_usage_field=usage_field,
+                                     extension=extension if i == 0 else None,
+                                     logprobs=logprobs if i == 0 else None)
+                    for i, delta in enumerate(deltas)]
         if not chunk.text and extension is None and logprobs is None:
-            return None
-        return call.shape.chunk(
-            chunk.text, extension=extension, with_usage_field=call.request.include_usage,
-            logprobs=logprobs,
-        )
+            return []
+        return [call.shape.chunk(chunk.text, extension=extension, with_usage_field=usage_field,
+                                 logprobs=logprobs)]
 
-    def _final_bodies(self, call: Call, result: GenerationResult) -> list[dict[str, Any]]:
+    def _final_bodies(self, call: Call, result: GenerationResult,
+                      tools: ToolReply | None = None) -> list[dict[str, Any]]:
         extension = self._extension(call, result)
         if isinstance(call.shape, InfillShape):
             word = self._stopping_word(call, result)
             return [call.shape.final(result, call.prepared.params, extension, word, True)]
-        final = call.shape.chunk(
-            "",
-            finish_reason=finish_reason_of(result.finish_reason),
-            extension=extension,
-            with_usage_field=call.request.include_usage,
-        )
+        usage_field = call.request.include_usage
+        reason = finish_reason_of(result.finish_reason)
+        bodies = []
+        if tools is not None:
+            bodies = [call.shape.chunk("", delta=delta, with_usage_field=usage_field)
+                      for delta in tools.finish()]
+            reason = tools.finish_reason(reason)
+        bodies.append(call.shape.chunk("", finish_reason=reason, extension=extension,
+                                       with_usage_field=usage_field))
         if not call.request.include_usage:
-            return [final]
+            return bodies
         usage = usage_of(result, len(call.prepared.tokens))
-        return [final, call.shape.usage_chunk(usage, extension)]
+        return [*bodies, call.shape.usage_chunk(usage, extension)]
+
+
+def _read_reply(family: ToolFamily, text: str) -> ToolReply:
+    reply = ToolReply(family)
+    reply.push(text)
+    reply.finish()
+    return reply
 
 
 def _data(body: dict[str, Any]) -> dict[str, str]:

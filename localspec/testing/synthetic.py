@@ -33,6 +33,38 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+# A Hermes/Qwen-style template that renders tools, calls and results (localspec's own
+# wording; the tool-call tests load tiny models with it: localspec.text.tool_calls).
+TOOLS_CHAT_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}"
+    "{{- '# Tools\\n\\nFunctions you may call, one signature a line:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nWrite each call as <tool_call>\\n{\"name\": <function-name>, "
+    "\"arguments\": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}"
+    "{%- elif messages[0].role == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'system' and loop.first %}"
+    "{%- elif message.role == 'assistant' and message.tool_calls %}"
+    "{{- '<|im_start|>assistant' }}"
+    "{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}"
+    "{%- for call in message.tool_calls %}"
+    "{{- '\\n<tool_call>\\n{\"name\": \"' + call.function.name + '\", \"arguments\": ' }}"
+    "{{- (call.function.arguments | tojson) + '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{{- '<|im_start|>user\\n<tool_response>\\n' + message.content + '\\n</tool_response>"
+    "<|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
 _CORPUS = (
     "the quick brown fox jumps over the lazy dog. speculative decoding drafts tokens and the "
     "target model verifies them in one batch. the cat sat on the mat and the dog sat on the log. "
@@ -169,8 +201,10 @@ def special_tokens(cfg: TinyConfig) -> tuple[str, ...]:
     return SPECIAL_TOKENS + (FIM_TOKENS if cfg.fim else ())
 
 
-def add_tokenizer(writer: gguf.GGUFWriter, cfg: TinyConfig) -> None:
-    """The byte-level BPE tokenizer keys and the ChatML template, for any architecture."""
+def add_tokenizer(writer: gguf.GGUFWriter, cfg: TinyConfig,
+                  chat_template: str = CHAT_TEMPLATE) -> None:
+    """The byte-level BPE tokenizer keys and a chat template (ChatML unless told), for any
+    architecture."""
     import gguf
 
     tokens = vocab_tokens(cfg)
@@ -189,7 +223,7 @@ def add_tokenizer(writer: gguf.GGUFWriter, cfg: TinyConfig) -> None:
     writer.add_bos_token_id(tokens.index("<|bos|>"))
     writer.add_eos_token_id(tokens.index("<|im_end|>"))
     writer.add_add_bos_token(True)
-    writer.add_chat_template(CHAT_TEMPLATE)
+    writer.add_chat_template(chat_template)
 
 
 def write_gguf(writer: gguf.GGUFWriter, tensors: dict[str, np.ndarray]) -> None:
@@ -209,6 +243,7 @@ def write_model(
     extra_layers: int = 0,
     divergence: float = 0.0,
     name: str = "tiny-llama",
+    chat_template: str = CHAT_TEMPLATE,
 ) -> Path:
     """Write a tiny llama-architecture GGUF with a chat template; returns its path."""
     import gguf  # test/bench dependency only
@@ -229,7 +264,7 @@ def write_model(
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_vocab_size(n_vocab)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    add_tokenizer(writer, cfg)
+    add_tokenizer(writer, cfg, chat_template)
     weights = _weights(cfg, n_vocab, n_layer, divergence, cfg.seed)
     if cfg.head_type != "F32":
         qtype = gguf.GGMLQuantizationType[cfg.head_type]

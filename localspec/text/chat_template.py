@@ -146,11 +146,14 @@ def render_chat(
     bos_token: str,
     eos_token: str,
     add_generation_prompt: bool = True,
+    tools: list[dict[str, Any]] | None = None,
 ) -> str:
     """Render ``messages`` (dicts with ``role`` and ``content``) into one prompt string.
 
     ``template`` may be empty (or None): ChatML is used then. The result already contains the
     BOS text when the template writes ``bos_token``; tokenize it without adding specials again.
+    ``tools``: OpenAI's tool list, which templates that know tools render (as transformers
+    passes it).
     """
     compiled = _compile(template or CHATML_TEMPLATE)
     previous = sys.gettrace()
@@ -161,6 +164,7 @@ def render_chat(
             add_generation_prompt=add_generation_prompt,
             bos_token=bos_token,
             eos_token=eos_token,
+            tools=tools,
         )
     except ChatTemplateError:
         raise

@@ -55,6 +55,8 @@ _SCHEMA_COMMON = r"""
 str ::= "\"" char* "\""
 num ::= integer ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
 """
+# The rules every converted schema may use (JSON values of no given type, strings, numbers).
+SCHEMA_COMMON_RULES = _COMMON + _SCHEMA_COMMON
 
 
 def json_schema_to_gbnf(schema: Any) -> str:
@@ -66,7 +68,7 @@ def json_schema_to_gbnf(schema: Any) -> str:
     root = converter.visit(schema, "root")
     rules = [f"root ::= {root} ws"]
     rules += [f"{name} ::= {body}" for name, body in converter.rules.items()]
-    return "\n".join(rules) + "\n" + _COMMON + _SCHEMA_COMMON
+    return "\n".join(rules) + "\n" + SCHEMA_COMMON_RULES
 
 
 def load_json_schema(text: str, source: str) -> dict[str, Any]:
@@ -88,19 +90,30 @@ def _literal(value: Any, after: str = "") -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
+def json_schema_rules(schema: Any, prefix: str) -> tuple[str, dict[str, str]]:
+    """The GBNF expression for the values ``schema`` accepts (in the layout above, without
+    trailing whitespace) and the rules it needs, named ``prefix...``; a grammar holding them
+    adds ``SCHEMA_COMMON_RULES`` once. For grammars that embed several schemas (tool calls)."""
+    if not isinstance(schema, dict):
+        raise InvalidParameterError("The JSON Schema must be a JSON object.")
+    converter = _Converter(schema, prefix)
+    return converter.visit(schema, "root"), converter.rules
+
+
 class _Converter:
-    def __init__(self, root: dict[str, Any]) -> None:
+    def __init__(self, root: dict[str, Any], prefix: str = "s-") -> None:
         self.root = root
+        self.prefix = prefix
         self.rules: dict[str, str] = {}
         self.refs: dict[str, str] = {}
         self.depth = 0
 
     def rule(self, hint: str, body: str) -> str:
         base = re.sub(r"[^a-zA-Z0-9-]+", "-", hint).strip("-") or "r"
-        name, n = f"s-{base}", 1
+        name, n = f"{self.prefix}{base}", 1
         while name in self.rules:
             n += 1
-            name = f"s-{base}{n}"
+            name = f"{self.prefix}{base}{n}"
         self.rules[name] = body
         return name
 

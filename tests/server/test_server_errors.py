@@ -90,7 +90,7 @@ BAD_CHAT = [
     ({"temperature": "hot"}, "temperature"),
     ({"n": 2}, "n"),
     ({"top_logprobs": 3}, "top_logprobs"),
-    ({"tools": [{"type": "function"}]}, "tools"),
+    ({"tools": [{"type": "function"}]}, "tools.0.function"),
     ({"frequency_penalty": 5.0}, "frequency_penalty"),
     ({"exact": True}, "exact"),  # this server runs in default mode
     ({"exact": "yes"}, "exact"),
