@@ -253,7 +253,8 @@ async def test_loader_success_opens_the_chat(tiny_model_path: Path) -> None:
     app = ChatApp(loader=lambda: Engine.load(tiny_model_path, draft="none", n_ctx=256))
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: app.chat_screen is app.screen, "the chat screen")
-        await wait_for(pilot, lambda: "tiny-target │ drafter none" in status_text(app), "the status bar")
+        await wait_for(pilot, lambda: "tiny-target │ drafter none" in status_text(app),
+                       "the status bar")
     assert app.engine is not None and app.owns_engine
 
 
