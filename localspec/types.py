@@ -150,6 +150,15 @@ def parse_draft_max(text: str) -> DraftMax:
     return value
 
 
+def mean_accepted_length(accepted: int, target_passes: int) -> float:
+    """tau, the one definition: tokens each target pass yields, its accepted drafts plus the
+    one token the target samples itself, so (accepted + passes) / passes; exactly 1.0 for plain
+    decoding (0.0 before the first pass). The yielded tokens include the end-of-generation token
+    that ends a generation and tokens past max_tokens, which are not emitted, so tau is not
+    n_tokens / passes (that is below 1.0 for a plain answer that ends itself)."""
+    return (accepted + target_passes) / target_passes if target_passes else 0.0
+
+
 @dataclass
 class GenerationStats:
     """Statistics of one generation (definitions: docs/design.md, "The speculative step" and
@@ -161,9 +170,12 @@ class GenerationStats:
     drafted: int = 0
     accepted: int = 0
     rejected: int = 0
-    target_passes: int = 0  # target verification passes during generation
+    # Target verification passes during generation: every pass counts, the one whose token was
+    # the end-of-generation token (not emitted) included, so n_tokens <= accepted + passes.
+    target_passes: int = 0
     acceptance_rate: float = 0.0  # accepted / drafted
-    mean_accepted_length: float = 0.0  # tokens emitted per target pass (1.0 = plain)
+    # tau = mean_accepted_length(accepted, target_passes): 1.0 for plain decoding, always.
+    mean_accepted_length: float = 0.0
     accepted_length_histogram: list[int] = field(
         default_factory=list
     )  # [n] = steps that accepted n

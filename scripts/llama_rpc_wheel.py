@@ -2,9 +2,10 @@
 """Install llama-cpp-python==0.3.36 built with llama.cpp's RPC backend into this Python, and keep
 llama.cpp's Hugging Face converter from the same release for the tests.
 
-Builds the wheel once (CMAKE_ARGS="-DGGML_RPC=on", 6-15 minutes on 2 cores) into a cache
-directory and installs that file explicitly afterwards. pip's own wheel cache is keyed by the
-version, not by CMAKE_ARGS, and would hand back a CPU-only build without a word: so the cached
+Builds the wheel once (CMAKE_ARGS="-DGGML_RPC=on"; it took 42 minutes on a loaded 2-core
+machine) into a cache directory and installs that file explicitly afterwards. pip's own wheel
+cache is keyed by the version, not by CMAKE_ARGS, and would hand back a CPU-only build without
+a word: so the cached
 file and the installed package are both checked for the RPC library, and anything else fails
 loudly (exit 1).
 
@@ -101,7 +102,7 @@ def cached_wheel(cache: Path) -> Path | None:
 
 def build_wheel(cache: Path) -> Path:
     print(f"llama_rpc_wheel: building llama-cpp-python {VERSION} with -DGGML_RPC=on "
-          "(6-15 minutes on 2 cores) ...", file=sys.stderr, flush=True)
+          "(it took 42 minutes on a loaded 2-core machine) ...", file=sys.stderr, flush=True)
     env = dict(os.environ, CMAKE_ARGS="-DGGML_RPC=on")
     with tempfile.TemporaryDirectory() as tmp:
         pip("wheel", "--no-deps", "--no-cache-dir", "--no-binary", "llama-cpp-python",

@@ -1,5 +1,6 @@
-"""Progress of a bench run as plain lines, for a stderr that is not a terminal (a log file, CI):
-``bench: 3/20 prompt runs, 0:12 elapsed, about 1:08 left``. A terminal gets a live bar instead."""
+"""Progress of a bench or check run as plain lines, for a stderr that is not a terminal (a log
+file, CI): ``bench: 3/20 prompt runs, 0:12 elapsed, about 1:08 left``. A terminal gets a live
+bar instead. ``work_line`` says up front how much will be generated."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ class LineProgress:
     """``update(done, total)`` prints a line with the ETA (linear in the runs done so far)."""
 
     def __init__(self, stream: TextIO, clock: Callable[[], float] = time.monotonic,
-                 min_interval: float = MIN_INTERVAL) -> None:
+                 min_interval: float = MIN_INTERVAL, label: str = "bench",
+                 unit: str = "prompt runs") -> None:
         self.stream = stream
+        self.label, self.unit = label, unit
         self.clock = clock
         self.min_interval = min_interval
         self.started = clock()
@@ -34,12 +37,25 @@ class LineProgress:
             if now - self.last_line < self.min_interval:
                 return
         self.last_line = now
-        self.stream.write(line(done, total, now - self.started) + "\n")
+        self.stream.write(line(done, total, now - self.started, self.label, self.unit) + "\n")
         self.stream.flush()
 
 
-def line(done: int, total: int, elapsed: float) -> str:
-    text = f"bench: {done}/{total} prompt runs, {clock_text(elapsed)} elapsed"
+def line(done: int, total: int, elapsed: float, label: str = "bench",
+         unit: str = "prompt runs") -> str:
+    text = f"{label}: {done}/{total} {unit}, {clock_text(elapsed)} elapsed"
     if 0 < done < total:
         text += f", about {clock_text(elapsed / done * (total - done))} left"
     return text
+
+
+ARMS = 3  # plain, speculative, plain again (bench/runner.py)
+
+
+def work_line(label: str, n_prompts: int, repeat: int, max_tokens: int) -> str:
+    """What a comparison will generate, said before it starts (a 1.5B model on a CPU makes a
+    few tokens per second: the default bench is hours there)."""
+    tokens = n_prompts * repeat * max_tokens * ARMS
+    return (f"{label}: {n_prompts} prompt(s) x {repeat} repeat(s) x {max_tokens} tokens x "
+            f"{ARMS} arms (plain, speculative, plain again) = {tokens:,} tokens to generate; "
+            "the time left is estimated after the first prompt run")

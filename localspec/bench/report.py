@@ -22,7 +22,7 @@ from typing import Any
 
 from localspec.bench.runner import PromptRun
 from localspec.bench.theory import plain_pass_seconds
-from localspec.types import GenerationStats
+from localspec.types import GenerationStats, mean_accepted_length
 
 TRUSTED_AA_SPREAD = 0.02  # a comparison is trusted where the A/A arm drifts less than this
 
@@ -156,7 +156,7 @@ def _row(label: str, runs: Sequence[PromptRun], median: bool) -> Row:
         accepted=accepted,
         rejected=drafted - accepted,
         acceptance_rate=accepted / drafted if drafted else 0.0,
-        mean_accepted_length=sum(s.n_tokens for s in spec) / passes if passes else 0.0,
+        mean_accepted_length=mean_accepted_length(accepted, passes),
         draft_seconds=sum(s.draft_seconds for s in spec),
         verify_seconds=sum(s.verify_seconds for s in spec),
         other_seconds=sum(s.other_seconds for s in spec),

@@ -18,8 +18,9 @@ CAPTION = (
     "plain, spec: tokens/s (prefill excluded) | speedup: spec / plain, median of paired repeats "
     "(groups: total tokens / total time) | ±: half the range over repeats | A/A: plain against "
     "plain on the same schedule (* spread >= 2%: too noisy to judge a 3% floor) | accept %: "
-    "accepted / drafted | tau: tokens per target pass | d/v/o %: time drafting / verifying / "
-    "other | same: output identical to plain (tie: only at numerical ties)"
+    "accepted / drafted | tau: tokens per target pass (both -: nothing was drafted) | d/v/o %: "
+    "time drafting / verifying / other | same: output identical to plain (tie: only at "
+    "numerical ties)"
 )
 WIDE_SPREAD = 0.05  # a speedup whose repeats disagree by more than this is flagged with "!"
 
@@ -32,7 +33,9 @@ def _cells(row: Row) -> list[str]:
     aa = f"{row.aa:.2f}" + ("" if row.trusted else "*")
     return [
         row.label, f"{row.plain_tps:.1f}", f"{row.speculative_tps:.1f}", f"{row.speedup:.2f}x",
-        spread, aa, f"{row.acceptance_rate:.0%}", f"{row.mean_accepted_length:.2f}", split,
+        # Nothing drafted: no acceptance to show, and tau 1.00 would only restate plain decoding.
+        spread, aa, f"{row.acceptance_rate:.0%}" if row.drafted else "-",
+        f"{row.mean_accepted_length:.2f}" if row.drafted else "-", split,
         row.identical,
     ]
 

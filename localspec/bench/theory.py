@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from localspec.types import GenerationStats
+from localspec.types import GenerationStats, mean_accepted_length
 
 
 def expected_tokens(a: float, k: int) -> float:
@@ -130,7 +130,7 @@ def estimate_costs(
         k=k,
         a=a,
         acceptance_rate=sum(s.accepted for s in spec_stats) / drafted if drafted else 0.0,
-        tau=sum(s.n_tokens for s in spec_stats) / passes if passes else 0.0,
+        tau=mean_accepted_length(sum(s.accepted for s in spec_stats), passes),
         c=c,
         v=v,
         expected_tokens=expected_tokens(a, k),

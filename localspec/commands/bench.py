@@ -22,7 +22,7 @@ from localspec.bench.baseline import BASELINES, Baseline, run_baseline
 from localspec.bench.ceiling import Ceiling, engine_lookup, measure_pass_costs, ngram_ceiling
 from localspec.bench.coverage import head_coverage
 from localspec.bench.output import check_outputs, results_path, write_results
-from localspec.bench.progress import LineProgress
+from localspec.bench.progress import LineProgress, work_line
 from localspec.bench.prompts import Prompt, load_prompts
 from localspec.bench.report import Report, summarize
 from localspec.bench.runner import PromptRun, engine_header, run_comparison
@@ -182,6 +182,8 @@ def _ceiling_k_max(drafter: DrafterSpec, params: GenerationParams) -> int | None
 def _measure(engine: Engine, prompts: list[Prompt], params: GenerationParams,
              args: argparse.Namespace, drafter: DrafterSpec) -> Measured:
     err = Console(stderr=True)
+    print(work_line("bench", len(prompts), args.repeat, params.max_tokens), file=sys.stderr,
+          flush=True)
     if not err.is_terminal:  # a log file or CI: lines with an ETA instead of a live bar
         lines = LineProgress(sys.stderr)
         runs = run_comparison(engine, prompts, params, repeat=args.repeat, progress=lines.update)

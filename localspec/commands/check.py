@@ -13,14 +13,29 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from localspec import _core
 from localspec.bench.draft_agreement import Agreement, measure_agreement
-from localspec.bench.prompts import load_prompts
+from localspec.bench.progress import LineProgress, work_line
+from localspec.bench.prompts import Prompt, load_prompts
 from localspec.bench.report import Report, Row, summarize
 from localspec.bench.runner import PromptRun, run_comparison
+from localspec.commands.check_verdict import (
+    ALTERNATIVE_PROMPTS,
+    ALTERNATIVE_TOKENS,
+    PROBE_DRAFT_MAX,
+    PROBE_TOKENS,
+    Alternative,
+    Drafting,
+    acceptance_text,
+    alternative_lines,
+    draft_cost,
+    drafting_of,
+    why_lines,
+)
 from localspec.commands.common import (
     ModelChoice,
     add_draft_max_argument,
@@ -33,9 +48,10 @@ from localspec.commands.common import (
 from localspec.drafter_spec import DrafterSpec
 from localspec.errors import InvalidParameterError, VocabMismatchError
 from localspec.models.gguf_reader import read_gguf
+from localspec.runtime.engine import Engine
 from localspec.runtime.learned import restore_saved
 from localspec.runtime.loading import check_model_path, resolved_drafter
-from localspec.types import GenerationParams
+from localspec.types import GenerationParams, GenerationStats
 
 VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo-2"}
 HELPS, EVEN = 1.05, 0.95  # speedup thresholds of the one-word answer
@@ -66,6 +82,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--saved-stats", action="store_true",
                         help="start the controller from the statistics `localspec run` saved for "
                         "this pair (default: from nothing)")
+    parser.add_argument("--compare-drafters", action="store_true",
+                        help=f"also measure --draft ngram and hybrid:MODEL on the first "
+                        f"{ALTERNATIVE_PROMPTS} prompts, {ALTERNATIVE_TOKENS} tokens each "
+                        "(default: only when a draft model does not pay)")
     parser.add_argument("--json", action="store_true", help="print one JSON object (default: text)")
     parser.set_defaults(func=run)
 
@@ -100,30 +120,49 @@ def render_vocab(vocab: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _answer(row: Row) -> str:
+def _answer(row: Row, drafting: Drafting, alternatives: list[Alternative]) -> str:
     if row.speedup >= HELPS:
-        return f"yes: the draft makes generation {row.speedup:.2f}x as fast on this machine."
-    if row.speedup >= EVEN:
-        return f"hardly: {row.speedup:.2f}x, within noise of plain decoding."
-    return (f"no: speculation runs at {row.speedup:.2f}x of plain decoding here; try a smaller "
-            "draft, --draft ngram, or a shorter --draft-max.")
+        answer = f"yes: the draft makes generation {row.speedup:.2f}x as fast on this machine."
+    elif row.speedup >= EVEN:
+        answer = f"hardly: {row.speedup:.2f}x, within noise of plain decoding"
+        answer += (": the controller hardly drafted (why below)." if drafting.declined else ".")
+    else:
+        answer = f"no: speculation runs at {row.speedup:.2f}x of plain decoding here"
+        answer += ("." if alternatives else
+                   "; try a smaller draft, --draft ngram, or a shorter --draft-max.")
+    best = max(alternatives, key=lambda a: a.speedup, default=None)
+    if row.speedup < HELPS and best is not None and best.speedup >= HELPS:
+        answer += f" Use --draft {best.drafter} instead: {best.speedup:.2f}x on your prompts."
+    return answer
 
 
-def render_measurement(report: Report, n_prompts: int, params: GenerationParams) -> str:
+def render_measurement(report: Report, n_prompts: int, params: GenerationParams,
+                       verdict: Verdict | None = None) -> str:
     row = report.overall
+    verdict = verdict or Verdict(Drafting(0, row.drafted, 0, 0), [], [])
     lines = [
         f"Measurement ({n_prompts} prompt(s), {params.max_tokens} tokens each, greedy, "
         f"draft length {params.draft_max})",
-        f"  acceptance rate        {row.acceptance_rate:.1%} "
-        f"(drafted {row.drafted}, accepted {row.accepted})",
+        "  acceptance rate        "
+        + acceptance_text(row.drafted, row.accepted, verdict.drafting),
         f"  mean accepted length   {row.mean_accepted_length:.2f} tokens per target pass",
         f"  plain                  {row.plain_tps:.1f} tokens/s",
         f"  speculative            {row.speculative_tps:.1f} tokens/s",
         f"  measured speedup       {row.speedup:.2f}x",
         f"  identical to plain     {IDENTICAL.get(row.identical, row.identical)}",
-        f"Will this draft help? {_answer(row)}",
+        f"Will this draft help? {_answer(row, verdict.drafting, verdict.alternatives)}",
+        *verdict.why,
     ]
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What explains the answer: how much was drafted, why (not) paying, other drafters."""
+
+    drafting: Drafting
+    why: list[str]
+    alternatives: list[Alternative]
 
 
 def acceptance_by_position(runs: list[PromptRun]) -> list[float]:
@@ -170,19 +209,52 @@ def _own_tokens(drafter: DrafterSpec, target: str) -> str:
     return "the n-gram drafter reuses the target's own tokens"
 
 
-def _measure(args: argparse.Namespace, choice: ModelChoice,
-             params: GenerationParams) -> tuple[Report, int, str, dict[str, Any]]:
-    categories = args.categories.split(",") if args.categories else None
-    prompts = load_prompts(args.prompts, categories=categories, limit_per_category=args.limit)
+def _progress(args: argparse.Namespace, n_prompts: int,
+              tokens: int) -> Callable[[int, int], None] | None:
+    """A live counter on a terminal; else (a log, CI) the work up front and a line per prompt
+    on stderr, so that a long check is never silent."""
+    if not sys.stderr.isatty():
+        print(work_line("check", n_prompts, 1, tokens), file=sys.stderr, flush=True)
+        return LineProgress(sys.stderr, min_interval=0.0, label="check", unit="prompts").update
+    if args.json:
+        return None
+
+    def progress(done: int, total: int) -> None:
+        end = "\n" if done == total else ""
+        print(f"\rmeasuring: {done}/{total} prompts", end=end, file=sys.stderr, flush=True)
+    return progress
+
+
+def _note(text: str) -> None:
+    """A phase of the check, on stderr when it is not a terminal (a terminal sees the result)."""
+    if not sys.stderr.isatty():
+        print(f"check: {text}", file=sys.stderr, flush=True)
+
+
+def _probe(engine: Engine, drafter: DrafterSpec, runs: list[PromptRun],
+           prompt: Prompt) -> GenerationStats | None:
+    """A short fixed-k run that times the draft model when the controller drafted too little
+    with it to say what one of its tokens costs."""
+    if drafter.kind not in ("model", "hybrid"):
+        return None
+    if sum(s.model_drafted for run in runs for s in run.speculative) >= PROBE_TOKENS:
+        return None
+    _note(f"timing the draft model ({PROBE_TOKENS} tokens, draft length {PROBE_DRAFT_MAX})")
+    return engine.generate(prompt.text, GenerationParams(
+        max_tokens=PROBE_TOKENS, temperature=0.0, draft_max=PROBE_DRAFT_MAX, ignore_eos=True,
+        seed=0, reuse_cache=False)).stats
+
+
+def _measure(args: argparse.Namespace, choice: ModelChoice, params: GenerationParams,
+             prompts: list[Prompt]) -> tuple[Report, str, dict[str, Any], list[PromptRun],
+                                             GenerationStats | None]:
     plan = plan_choice(args, choice)
-    progress = None
-    if sys.stderr.isatty() and not args.json:
-        def progress(done: int, total: int) -> None:
-            end = "\n" if done == total else ""
-            print(f"\rmeasuring: {done}/{total} prompts", end=end, file=sys.stderr, flush=True)
+    progress = _progress(args, len(prompts), params.max_tokens)
     with load_engine(args, choice, plan=plan) as engine:
         used_saved = args.saved_stats and restore_saved(engine)
         runs = run_comparison(engine, prompts, params, progress=progress)
+        probe = _probe(engine, choice.drafter, runs, prompts[0])
+        _note("measuring the draft's agreement with the target")
         agreement = measure_agreement(engine, choice.drafter,
                                       [(r.prompt_tokens, r.plain_tokens) for r in runs],
                                       args.threads or os.cpu_count() or 1)
@@ -191,7 +263,27 @@ def _measure(args: argparse.Namespace, choice: ModelChoice,
                  "verify_head": engine.info.verify_head, "draft_head": engine.info.draft_head,
                  "mode": "exact" if engine.info.exact else "default",
                  "saved_stats_used": used_saved}
-    return summarize(runs), len(prompts), plan_summary(plan), details
+    return summarize(runs), plan_summary(plan), details, runs, probe
+
+
+def _alternatives(args: argparse.Namespace, choice: ModelChoice, params: GenerationParams,
+                  prompts: list[Prompt], row: Row) -> list[Alternative]:
+    """--draft ngram and hybrid:MODEL on the first prompts, when a draft model does not pay
+    (or --compare-drafters): each loads the target again and runs a few short prompts."""
+    drafter = choice.drafter
+    if drafter.path is None or drafter.kind not in ("model", "hybrid"):
+        return []
+    if row.speedup >= HELPS and not args.compare_drafters:
+        return []
+    candidates = [DrafterSpec("ngram"), DrafterSpec("hybrid", drafter.path)]
+    short = replace(params, max_tokens=min(params.max_tokens, ALTERNATIVE_TOKENS))
+    out = []
+    for spec in (c for c in candidates if c.kind != drafter.kind):
+        _note(f"trying --draft {spec} on {len(prompts)} prompt(s), {short.max_tokens} tokens")
+        with load_engine(args, replace(choice, drafter=spec)) as engine:
+            overall = summarize(run_comparison(engine, prompts, short)).overall
+        out.append(Alternative(str(spec), overall.speedup, overall.drafted, overall.accepted))
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -228,8 +320,18 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({**out, "measurement": None}, ensure_ascii=False))
         return 0
-    report, n_prompts, memory, details = _measure(args, choice, params)
+    categories = args.categories.split(",") if args.categories else None
+    prompts = load_prompts(args.prompts, categories=categories, limit_per_category=args.limit)
+    n_prompts = len(prompts)
+    report, memory, details, runs, probe = _measure(args, choice, params, prompts)
     row = report.overall
+    alternatives = _alternatives(args, choice, params, prompts[:ALTERNATIVE_PROMPTS], row)
+    drafting = drafting_of(runs)
+    cost = draft_cost(runs, probe)
+    agreement_top1 = (details["agreement"] or {}).get("top1")
+    acceptance = agreement_top1 if agreement_top1 is not None else (
+        None if drafting.declined or not row.drafted else row.acceptance_rate)
+    verdict = Verdict(drafting, why_lines(drafting, cost, acceptance, HELPS), alternatives)
     if args.json:
         out["memory"] = memory
         out.update(details)
@@ -242,7 +344,13 @@ def run(args: argparse.Namespace) -> int:
             "accepted": row.accepted, "identical": row.identical,
             "helps": row.speedup >= HELPS,
             "categories": [vars(r) for r in report.categories],
+            "controller_declined": drafting.declined,
+            "drafting_steps": drafting.drafting_steps, "target_passes": drafting.passes,
+            "draft_token_seconds": cost.token_seconds if cost else None,
+            "target_pass_seconds": cost.pass_seconds if cost else None,
         }
+        out["alternatives"] = [a.to_dict() for a in alternatives]
+        out["why"] = [line.strip() for line in verdict.why]
         print(json.dumps(out, ensure_ascii=False))
     else:
         print(f"Memory: {memory}")
@@ -253,8 +361,11 @@ def run(args: argparse.Namespace) -> int:
         print("Controller: " + ("started from the statistics saved by earlier runs"
                                 if details["saved_stats_used"] else
                                 "started from nothing (no saved statistics used)"))
-        print(render_measurement(report, n_prompts, params))
+        print(render_measurement(report, n_prompts, params, verdict))
         agreement = details["agreement"]
         print(render_agreement(details["acceptance_by_position"],
                                Agreement(**agreement) if agreement else None))
+        for line in alternative_lines(alternatives, min(n_prompts, ALTERNATIVE_PROMPTS),
+                                      min(params.max_tokens, ALTERNATIVE_TOKENS), HELPS):
+            print(line)
     return 1 if row.identical == "NO" else 0

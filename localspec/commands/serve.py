@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from localspec.commands.common import (
     ModelChoice,
@@ -21,6 +21,9 @@ from localspec.files import read_input_text
 from localspec.runtime.rpc import is_loopback
 from localspec.server.options import ServerOptions
 from localspec.types import GenerationParams
+
+if TYPE_CHECKING:  # the server's modules (FastAPI) load only when serve runs
+    from localspec.server.service import Service
 
 API_KEY_ENV = "LOCALSPEC_API_KEY"
 LIMITS = ServerOptions()  # the defaults shown in --help
@@ -43,7 +46,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--parallel", type=int, default=DEFAULT_PARALLEL, metavar="N",
         help="generations that run together, sharing each target pass; more wait in the queue "
-        "(default: %(default)s; 1 with a draft model or head, or in exact mode)",
+        "(default: %(default)s, with any drafter; in exact mode they take turns)",
     )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"],
                         help="the server's log level (default: %(default)s)")
@@ -136,18 +139,30 @@ def run_serve(args: argparse.Namespace) -> int:
                 model_name=args.model_name or (None if args.target else choice.label),
                 chat_template=template or choice.chat_template,
                 defaults=_defaults(choice),
+                aliases=_aliases(choice),
             )
-            name = app.state.localspec.model_name
-            print(
-                f"localspec: serving '{name}' (drafter: {engine.info.drafter}"
-                f"{', exact mode' if engine.info.exact else ''}, "
-                f"{engine.info.parallel} at once) on "
-                f"http://{_url_host(args.host)}:{sock.getsockname()[1]}/v1",
-                file=sys.stderr,
-            )
+            url = f"http://{_url_host(args.host)}:{sock.getsockname()[1]}/v1"
+            print(start_line(app.state.localspec, url), file=sys.stderr)
             server = GracefulServer(server_config(app, options, args.log_level), drain_hook(app))
             server.run(sockets=[sock])
     return 0
+
+
+def start_line(service: Service, url: str) -> str:
+    """What serve prints once it listens: the id clients send as "model" (it may have spaces,
+    from the GGUF's general.name) and the other spellings the server accepts."""
+    info = service.engine.info
+    others = sorted(service.model_names - {service.model_name})
+    also = f" (also accepted: {', '.join(repr(n) for n in others)})" if others else ""
+    return (f"localspec: serving '{service.model_name}' (drafter: {info.drafter}"
+            f"{', exact mode' if info.exact else ''}, {info.parallel} at once) on {url}\n"
+            f"localspec: clients send \"model\": \"{service.model_name}\"{also}")
+
+
+def _aliases(choice: ModelChoice) -> tuple[str, ...]:
+    """The models.toml name the user gave (--target NAME or the pair), not a file path."""
+    label = choice.label
+    return () if label.endswith(".gguf") or os.sep in label or ":" in label else (label,)
 
 
 def _options(args: argparse.Namespace) -> ServerOptions:

@@ -27,10 +27,14 @@ class ModelKind:
 
     @property
     def label(self) -> str:
-        """``base model``, ``instruct model`` (``?`` when guessed), or "" when unknown."""
+        """``base model`` or ``instruct model``, saying what it is guessed from when models.toml
+        does not say; "" when unknown."""
         if self.kind == "unknown":
             return ""
-        return f"{self.kind} model" + ("?" if self.guessed else "")
+        if not self.guessed:
+            return f"{self.kind} model"
+        return ("instruct model, by its chat template" if self.kind == "instruct"
+                else "base model, no chat template")
 
     def advice(self) -> str:
         """For a base model: what it does and what to pull instead (to follow "X is "); else ""."""

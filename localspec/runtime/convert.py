@@ -6,7 +6,13 @@ from dataclasses import fields
 from typing import Any
 
 from localspec import _core
-from localspec.types import DraftMax, GenerationParams, GenerationStats, TokenLogprob
+from localspec.types import (
+    DraftMax,
+    GenerationParams,
+    GenerationStats,
+    TokenLogprob,
+    mean_accepted_length,
+)
 
 # With draft_max="auto" the controller picks k per step, up to the core's limit.
 AUTO_DRAFT_MAX: int = _core.AUTO_DRAFT_MAX
@@ -51,5 +57,9 @@ def logprobs_from_core(raw: list[Any], wanted: bool) -> list[TokenLogprob] | Non
 
 
 def stats_from_core(raw: _core.GenerationStats) -> GenerationStats:
-    """The core's statistics as the Python value type (its fields are the one list)."""
-    return GenerationStats(**{f.name: getattr(raw, f.name) for f in fields(GenerationStats)})
+    """The core's statistics as the Python value type (its fields are the one list; tau is
+    computed here by the one definition, ``types.mean_accepted_length``)."""
+    stats = GenerationStats(**{f.name: getattr(raw, f.name) for f in fields(GenerationStats)
+                               if f.name != "mean_accepted_length"})
+    stats.mean_accepted_length = mean_accepted_length(stats.accepted, stats.target_passes)
+    return stats

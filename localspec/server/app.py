@@ -41,16 +41,18 @@ def create_app(
     model_name: str | None = None,
     chat_template: str | None = None,
     defaults: GenerationParams | None = None,
+    aliases: tuple[str, ...] = (),
 ) -> FastAPI:
     """Build the app. ``options``: access rules and limits (validated here); ``chat_template``
     overrides the GGUF's; ``defaults`` are the sampling parameters a request does not set (a
-    models.toml pair's defaults, else the engine's)."""
+    models.toml pair's defaults, else the engine's); ``aliases``: other names a request's
+    ``model`` may give (with the id and general.name, and each one's slug)."""
     options = options or ServerOptions()
     options.validate()
     name = model_name or engine.info.target_name
     preparer = Preparer(engine, chat_template, defaults or GenerationParams(), options.max_tokens,
                         options.grammar_limits)
-    service = Service(engine, name, preparer, options)
+    service = Service(engine, name, preparer, options, aliases)
     app = FastAPI(title="localspec", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.localspec = service
     app.state.started = int(time.time())

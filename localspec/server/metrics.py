@@ -8,9 +8,12 @@ Names (all prefixed ``localspec_``):
 - ``drafted_tokens_by_kind_total{kind}``, ``accepted_tokens_by_kind_total{kind}`` and
   ``acceptance_rate_by_kind{kind}``: the same by who drafted (``ngram``, ``model``, ``eagle3``,
   ...: the core's draft sources; a hybrid drafter fills two).
-- ``target_passes_total``: target verification passes during generation.
+- ``target_passes_total``: target verification passes during generation; every pass counts, the
+  one that yields a generation's end-of-generation token (not emitted) included, so a plain
+  answer that ends itself has one pass more than generated tokens.
 - ``acceptance_rate``: accepted / drafted over the server's lifetime.
-- ``mean_accepted_length``: generated tokens / target passes over the server's lifetime.
+- ``mean_accepted_length``: tau over the server's lifetime, (accepted + target passes) / target
+  passes (``types.mean_accepted_length``: tokens each pass yields, 1.0 for plain decoding).
 - ``time_per_output_token_seconds``: histogram, one observation per generation
   (generation seconds / generated tokens; prefill excluded).
 - ``time_to_first_token_seconds``: histogram, one observation per generation.
@@ -35,7 +38,7 @@ from prometheus_client import CONTENT_TYPE_LATEST as PROMETHEUS_CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from localspec.runtime.engine_loop import PassReport
-from localspec.types import GenerationStats
+from localspec.types import GenerationStats, mean_accepted_length
 
 __all__ = ["PROMETHEUS_CONTENT_TYPE", "ServerMetrics"]
 
@@ -151,8 +154,9 @@ class ServerMetrics:
             lambda: self._totals.ratio("accepted", "drafted"),
         )
         self._gauge(
-            "localspec_mean_accepted_length", "Generated tokens per target pass since start.",
-            lambda: self._totals.ratio("generated", "passes"),
+            "localspec_mean_accepted_length",
+            "Tokens yielded per target pass since start, (accepted + passes) / passes.",
+            self._totals.tau,
         )
 
     def _gauge(self, name: str, doc: str, read: Callable[[], float]) -> None:
@@ -203,7 +207,6 @@ class _Totals:
 
     drafted: int = 0
     accepted: int = 0
-    generated: int = 0
     passes: int = 0
     drafted_by_kind: dict[str, int] = field(default_factory=dict)
     accepted_by_kind: dict[str, int] = field(default_factory=dict)
@@ -218,13 +221,16 @@ class _Totals:
                 )
             self.drafted += stats.drafted
             self.accepted += stats.accepted
-            self.generated += stats.n_tokens
             self.passes += stats.target_passes
 
     def kind_rate(self, kind: str) -> float:
         with self.lock:
             drafted = self.drafted_by_kind.get(kind, 0)
             return self.accepted_by_kind.get(kind, 0) / drafted if drafted else 0.0
+
+    def tau(self) -> float:
+        with self.lock:
+            return mean_accepted_length(self.accepted, self.passes)
 
     def ratio(self, numerator: str, denominator: str) -> float:
         with self.lock:

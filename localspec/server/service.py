@@ -71,6 +71,12 @@ _INFILL_FIELDS = _field_names(InfillRequest)
 PREPARING_AT_ONCE = 2
 
 
+def model_slug(name: str) -> str:
+    """``Qwen2.5 Coder 1.5B Instruct`` -> ``qwen2.5-coder-1.5b-instruct``: lowercase, each run
+    of whitespace one '-' (a model id without spaces, for clients and shells)."""
+    return "-".join(name.lower().split())
+
+
 class Service:
     """Everything a route needs: the engine, names, the preparer, metrics, limits and queue."""
 
@@ -80,12 +86,16 @@ class Service:
         model_name: str,
         preparer: Preparer,
         options: ServerOptions,
+        aliases: tuple[str, ...] = (),
     ) -> None:
         self.engine = engine
         self.model_name = model_name
         self.preparer = preparer
         self.options = options
-        self.model_names = {model_name, engine.info.target_name}
+        # The id /v1/models lists, the GGUF's general.name, the aliases (a models.toml name),
+        # and each one's slug: what a "model" field may say.
+        names = {model_name, engine.info.target_name, *aliases}
+        self.model_names = names | {model_slug(name) for name in names}
         self.metrics = ServerMetrics(lambda: self.queue.depth)
         self.queue = RequestQueue(
             options.max_queue, slots=engine.info.parallel, on_turn=self.metrics.record_queue_wait

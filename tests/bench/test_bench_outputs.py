@@ -54,7 +54,9 @@ def test_results_file_progress_lines_and_png(tiny_model_path: Path, prompt_file:
     assert results["target"] == str(tiny_model_path) and results["overall"]["n_runs"] == 4
     assert png.read_bytes().startswith(b"\x89PNG")
     lines = [line for line in proc.stderr.splitlines() if line.startswith("bench: ")]
-    assert lines[0].startswith("bench: 1/4 prompt runs") and "left" in lines[0]
+    assert lines[0].startswith("bench: 2 prompt(s) x 2 repeat(s) x 8 tokens x 3 arms")
+    assert "= 96 tokens to generate" in lines[0]  # said before the first run
+    assert lines[1].startswith("bench: 1/4 prompt runs") and "left" in lines[1]
     assert lines[-1].startswith("bench: 4/4 prompt runs") and "elapsed" in lines[-1]
     assert f"results written to {tmp_path / 'bench.json'}" in proc.stderr
     out = tmp_path / "r.json"
@@ -161,3 +163,21 @@ def test_same_passes_take_the_median_of_one_replay_per_repeat() -> None:
     assert len(calls) == 12
     # Who replays first alternates, by round and by schedule.
     assert [calls[i][0] for i in (0, 2, 4, 6)] == ["default", "exact", "exact", "default"]
+
+
+def test_nothing_drafted_shows_dashes_for_acceptance_and_tau() -> None:
+    from rich.console import Console
+
+    from localspec.bench.table import print_report
+
+    drafting = stats(10, 0.5, 5)
+    drafting.drafted, drafting.accepted = 8, 5
+    drafting.mean_accepted_length = 2.0
+    runs = [PromptRun(Prompt("a", "code", "x"), [stats(10, 1.0, 10)], [drafting]),
+            PromptRun(Prompt("b", "chat", "y"), [stats(10, 1.0, 10)], [stats(10, 1.0, 10)])]
+    console = Console(record=True, width=200)
+    print_report(summarize(runs), console, per_prompt=False)
+    rows = {line.split()[0]: line.split() for line in console.export_text().splitlines()
+            if line.split() and line.split()[0] in ("code", "chat", "all")}
+    assert rows["chat"][6:8] == ["-", "-"]  # accept %, tau: nothing was drafted
+    assert rows["code"][6:8] == ["62%", "2.00"]

@@ -52,6 +52,26 @@ def test_json_fields(tiny_model_path: Path, tiny_draft_path: Path) -> None:
     assert data["saved_stats_used"] is False  # check starts the controller from nothing
 
 
+def test_without_a_terminal_progress_goes_to_stderr_and_other_drafters_are_tried(
+        tiny_model_path: Path, tiny_draft_path: Path) -> None:
+    """A check in a log or CI is never silent; --compare-drafters measures ngram and
+    hybrid:MODEL on the first prompts (as check does by itself when the draft does not pay)."""
+    proc = check(tiny_model_path, tiny_draft_path, "--max-tokens", "8", "--categories",
+                 "qa,code", "--json", "--compare-drafters")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("check: 2 prompt(s) x 1 repeat(s) x 8 tokens x 3 arms")
+    assert lines[1].startswith("check: 1/2 prompts") and "left" in lines[1]
+    assert lines[2].startswith("check: 2/2 prompts")
+    assert "check: trying --draft ngram on 2 prompt(s), 8 tokens" in lines
+    data = json.loads(proc.stdout)
+    assert [a["drafter"] for a in data["alternatives"]] == ["ngram", f"hybrid:{tiny_draft_path}"]
+    assert all(a["speedup"] > 0 for a in data["alternatives"])
+    m = data["measurement"]
+    assert isinstance(m["controller_declined"], bool) and m["draft_token_seconds"] > 0
+    assert any(w.startswith("a drafted token costs") for w in data["why"])
+
+
 def test_llama_head_flag_picks_the_target_head(q8_head_model: Path) -> None:
     heads = {}
     for extra in ((), ("--llama-head",)):

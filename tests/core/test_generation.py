@@ -42,6 +42,17 @@ def test_plain_decoding_has_mean_accepted_length_one(engines) -> None:
     assert stats.target_passes == stats.n_tokens
 
 
+def test_plain_answer_that_ends_itself_has_mean_accepted_length_one(engines) -> None:
+    """The pass that yields the end-of-generation token counts (it ran) and its token is not
+    emitted: tau is still 1.0 for plain decoding (not n_tokens / passes, which is below it)."""
+    params = GenerationParams(temperature=0.0, max_tokens=20, grammar='root ::= "the cat"')
+    result = engines["none"].generate(PROMPTS[0], params)
+    stats = result.stats
+    assert result.finish_reason == "stop" and stats.drafted == 0
+    assert stats.target_passes == stats.n_tokens + 1
+    assert stats.mean_accepted_length == 1.0
+
+
 def test_identical_draft_accepts_almost_everything(engines) -> None:
     for prompt in PROMPTS:
         stats = engines["self"].generate(prompt, GREEDY, draft_max=4).stats
@@ -67,7 +78,7 @@ def test_statistics_are_consistent(engines) -> None:
     assert result.provenance.count("draft") == s.accepted - (
         s.accepted + s.target_passes - s.n_tokens
     )
-    assert s.mean_accepted_length == pytest.approx(s.n_tokens / s.target_passes)
+    assert s.mean_accepted_length == pytest.approx((s.accepted + s.target_passes) / s.target_passes)
     assert s.acceptance_by_position[0] >= 0.0 and len(s.drafted_by_position) <= 4
     assert s.tokens_per_second > 0 and s.generation_seconds > 0
 

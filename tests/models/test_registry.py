@@ -6,7 +6,10 @@ import argparse
 import hashlib
 import json
 import os
+import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -300,6 +303,40 @@ def test_models_say_base_or_instruct(isolated: Path, capsys: pytest.CaptureFixtu
 def test_pull_offline_uncached_fails_clearly(isolated: Path) -> None:
     with pytest.raises(ModelLoadError, match="localspec pull llama3.1-8b-instruct"):
         run_command(["pull", "llama3.1-8b"])
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])  # closed again on return: connections are refused
+
+
+def pull_without_network(isolated: Path, name: str) -> tuple[subprocess.CompletedProcess[str],
+                                                              float]:
+    """`localspec pull NAME` in a process whose Hub endpoint is a closed loopback port (the hub
+    reads HF_ENDPOINT at import, hence a process): no real network is touched."""
+    env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{closed_port()}"}
+    env.pop("HF_HUB_OFFLINE")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "localspec.cli", "pull", name], env=env,
+                          capture_output=True, text=True, timeout=120)
+    return done, time.monotonic() - started
+
+
+def test_pull_without_network_fails_fast_with_one_sentence(isolated: Path) -> None:
+    done, seconds = pull_without_network(isolated, "hf:org/repo/missing.gguf")
+    assert done.returncode == 2 and seconds < 20  # huggingface-hub's retries took ~25 s
+    assert "Retrying" not in done.stderr
+    line = done.stderr.strip()
+    assert line.startswith("localspec: error: The network is unreachable (http://127.0.0.1:")
+    assert "--target PATH" in line and "pypi:" in line and len(done.stderr.splitlines()) == 1
+
+
+def test_pull_without_network_finds_a_cached_file(isolated: Path) -> None:
+    cached = cache_hub_file(isolated / "hub", "org/repo", "here.gguf", b"GGUF")
+    done, _ = pull_without_network(isolated, "hf:org/repo/here.gguf")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"hf:org/repo/here.gguf: {cached}"
 
 
 # ---- hostile models.toml and names: one sentence each

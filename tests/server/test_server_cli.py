@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from localspec.cli import main
-from localspec.commands.serve import _warn_if_exposed
+from localspec.commands.serve import DEFAULT_PARALLEL, _warn_if_exposed, start_line
 from localspec.runtime.engine import Engine
 from localspec.server import create_app
 from localspec.server.background import BackgroundServer
@@ -143,3 +143,29 @@ def test_cors_only_for_named_origins(tiny_model_path: Path) -> None:
         with BackgroundServer(create_app(engine)) as server:
             plain = httpx.get(f"{server.base_url}/v1/models", headers={"Origin": allowed})
             assert "access-control-allow-origin" not in plain.headers
+
+
+def test_model_id_with_spaces_is_printed_and_its_slug_accepted(
+        tiny_model_path: Path, tiny_draft_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A GGUF's general.name has spaces; clients may send it, its slug or the models.toml name.
+    The start-up line says which, and the help's --parallel default is the one that runs."""
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert f"(default: {DEFAULT_PARALLEL}, with any drafter;" in help_text
+    with Engine.load(tiny_model_path, draft=tiny_draft_path, n_ctx=256, n_threads=1,
+                     parallel=DEFAULT_PARALLEL) as engine:
+        app = create_app(engine, model_name="Tiny Target Model", aliases=("tiny-pair",))
+        line = start_line(app.state.localspec, "http://127.0.0.1:1/v1")
+        assert f"{DEFAULT_PARALLEL} at once" in line
+        assert 'clients send "model": "Tiny Target Model"' in line
+        assert "'tiny-target-model'" in line and "'tiny-pair'" in line
+        with BackgroundServer(app) as running:
+            client = openai.OpenAI(base_url=f"{running.base_url}/v1", api_key="x",
+                                   max_retries=0, timeout=30)
+            assert [m.id for m in client.models.list().data] == ["Tiny Target Model"]
+            for model in ("Tiny Target Model", "tiny-target-model", "tiny-pair", "tiny-target"):
+                done = client.completions.create(model=model, prompt="a", max_tokens=2)
+                assert done.model == "Tiny Target Model"
+            with pytest.raises(openai.NotFoundError):
+                client.completions.create(model="tiny target model!", prompt="a", max_tokens=2)

@@ -27,6 +27,7 @@ UserMessage = module("widgets.transcript").UserMessage
 printable = module("widgets.transcript").printable
 Notice = module("widgets.transcript").Notice
 StatusBar = module("widgets.status").StatusBar
+numbers_line = module("widgets.status").numbers_line
 spark_text = module("widgets.charts").spark_text
 cli = module("cli")
 commands = module("commands")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from argparse import Namespace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -138,7 +139,11 @@ async def test_escape_cancels_the_reply(chat_engine: Engine) -> None:
         await wait_for_replies(pilot)
         assert not screen.generating
         assert screen.metrics.tokens < 1500
-        assert "stopped" in str(screen.reply.query_one(".meta").render())
+        meta = str(screen.reply.query_one(".meta").render())
+        assert "stopped" in meta
+        # one tok/s: the reply's closing line says what the status bar shows
+        rate = meta.split(" tok/s")[0].rsplit("· ", 1)[-1]
+        assert status_text(app).splitlines()[0].split(" tok/s")[0].endswith(" " + rate)
         # the chat goes on after a cancelled reply
         app.settings.max_tokens = 4
         app.settings.base = type(app.settings.base)()
@@ -248,7 +253,8 @@ async def test_loader_success_opens_the_chat(tiny_model_path: Path) -> None:
     app = ChatApp(loader=lambda: Engine.load(tiny_model_path, draft="none", n_ctx=256))
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: app.chat_screen is app.screen, "the chat screen")
-        await wait_for(pilot, lambda: "tiny-target + none" in status_text(app), "the status bar")
+        await wait_for(pilot, lambda: "tiny-target │ drafter none" in status_text(app),
+                       "the status bar")
     assert app.engine is not None and app.owns_engine
 
 
@@ -276,7 +282,8 @@ async def test_welcome_line_names_model_kind_drafter_and_keys(chat_engine: Engin
     async with guessed.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         notices = [n.text for n in chat_screen(guessed).query(Notice)]
-        assert notices[0].startswith("tiny-target (instruct model?) drafted by ngram.")
+        assert notices[0].startswith(
+            "tiny-target (instruct model, by its chat template) drafted by ngram.")
         assert len(notices) == 1
 
 
@@ -293,10 +300,26 @@ async def test_status_bar_keeps_numbers_ctx_and_legend_at_80_columns(chat_engine
         assert "mem " not in second  # the memory plan gave way at 80 columns
         bar = chat_screen(app).query_one(StatusBar)
         wide = str(bar.build(None, app.settings, False, True, 10, width=140)).splitlines()[1]
-        assert "mem " in wide and "tiny-target + ngram" in wide
+        assert "mem " in wide and "tiny-target │ drafter ngram" in wide
+        long = replace(bar.model, target="qwen2.5-coder-1.5b: Qwen2.5 Coder 1.5B Instruct",
+                       drafter="ngram+qwen2.5-coder-0.5b-instruct-q4_k_m",
+                       memory="mem CPU 1.9 GiB + host 150.0 MiB")
+        at_120 = StatusBar(long).build(None, app.settings, False, True, 10, width=120)
+        assert "drafter ngram+qwen2.5-coder-0.5b-instruct-q4_k_m" in str(at_120)
         narrow = bar.build(None, app.settings, False, True, 10, width=30)
         assert all(len(line) <= 30 for line in str(narrow).splitlines())
         assert str(narrow).splitlines()[1].startswith("colours: ■ draft")
+
+
+async def test_footer_shows_quit_and_ctrl_q_quits(chat_engine: Engine) -> None:
+    app = make_app(chat_engine)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+        footer = [str(key.description) for key in app.screen.query("FooterKey")]
+        assert "Quit" in footer
+        await pilot.press("ctrl+q")
+        await pilot.pause()
+    assert app.return_code == 0
 
 
 async def test_colours_on_do_not_move_old_replies(chat_engine: Engine) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,8 @@ from .chatui import (
     ReplyMetrics,
     cli,
     commands,
+    module,
+    numbers_line,
     settings_module,
     spark_text,
 )
@@ -40,6 +43,14 @@ def test_settings_cycle_and_params() -> None:
         settings_module.parse_draft_max("65")
 
 
+def test_f3_draft_lengths_are_what_the_help_and_readme_say() -> None:
+    text = settings_module.DRAFT_CYCLE_TEXT
+    assert text == "auto, 1, 2, 3, 4, 5, 6, 8"
+    assert f"draft length: {text} |" in module("screens.help").HELP
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    assert f"F3 draft length ({text};" in " ".join(readme.split())
+
+
 def test_commands_parse() -> None:
     assert commands.parse_command("/temp 0.7") == commands.Command("temp", "0.7")
     assert commands.parse_command("/colors").name == "colours"
@@ -58,9 +69,29 @@ def test_metrics_with_a_fixed_pass_cost() -> None:
     # step 2: nothing drafted, one target token, one pass
     metrics.update(1, GenerationStats(n_tokens=4, drafted=3, accepted=2, target_passes=2))
     assert metrics.rolling_tokens_per_second == pytest.approx(4 / 0.04)
-    assert metrics.acceptance_history == pytest.approx([2 / 3, 0.0])
+    assert metrics.acceptance_history[0] == pytest.approx(2 / 3)
+    assert metrics.acceptance_history[1] is None  # nothing drafted: no value, not a rejection
+    assert metrics.shown_tokens_per_second(generating=True) == metrics.rolling_tokens_per_second
+    assert metrics.shown_tokens_per_second(generating=False) == metrics.average_tokens_per_second
     metrics.reset()
     assert metrics.segments == 2 and metrics.stats.n_tokens == 0
+
+
+def test_status_bar_shows_the_reply_average_once_it_ended() -> None:
+    """One tok/s: after the reply the status bar shows the figure its closing line says (the
+    whole reply's average), not the rolling rate of its last steps."""
+    metrics = ReplyMetrics(clock=PassCostClock(0.02))
+    stats = GenerationStats()
+    for n_new in [1] * 20 + [4] * 12:  # slow start, fast end: rolling != average
+        stats = replace(stats, n_tokens=stats.n_tokens + n_new,
+                        target_passes=stats.target_passes + 1)
+        metrics.update(n_new, stats)
+    assert metrics.rolling_tokens_per_second != pytest.approx(metrics.average_tokens_per_second)
+    settings = ChatSettings()
+    ended = "".join(str(text) for _, text in numbers_line(metrics, settings, False))
+    streaming = "".join(str(text) for _, text in numbers_line(metrics, settings, True))
+    assert f"{metrics.average_tokens_per_second:5.1f} tok/s" in ended
+    assert f"{metrics.rolling_tokens_per_second:5.1f} tok/s" in streaming
 
 
 def test_engine_clock_uses_generation_seconds() -> None:
@@ -73,6 +104,8 @@ def test_spark_text() -> None:
     assert spark_text([0.0, 0.5, 1.0], 10, 1.0) == "▁▅█"
     assert len(spark_text([1.0] * 100, 10, 1.0)) == 10
     assert spark_text([], 5, 1.0) == ""
+    assert spark_text([1.0, None, 0.0], 10, 1.0) == "█·▁"  # None (k = 0) is not a rejection
+    assert spark_text([None, None, 1.0, None], 2, 1.0) == "·█"  # a bucket without values
 
 
 def test_provenance_spans_match_the_text(chat_engine: Engine) -> None:

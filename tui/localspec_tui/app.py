@@ -14,7 +14,7 @@ from localspec.types import EngineInfo
 
 from .metrics import EngineClock, StepClock
 from .mode_switch import ModeSwitch
-from .model_info import memory_summary, pair_label, welcome_lines
+from .model_info import drafter_label, memory_summary, welcome_lines
 from .screens.chat import ChatScreen
 from .screens.error import ErrorScreen
 from .screens.loading import LoadingScreen
@@ -97,8 +97,8 @@ class ChatApp(App[None]):
     def _chat_screen(self, engine: Engine, carried: ModeSwitch | None = None) -> ChatScreen:
         info = engine.info
         model = ModelLine(
-            pair=f"{self.pair}: {pair_label(info)}" if self.pair else pair_label(info),
-            drafter=info.drafter,
+            target=f"{self.pair}: {info.target_name}" if self.pair else info.target_name,
+            drafter=drafter_label(info),
             memory=self.memory or memory_summary(info),
             n_ctx=info.n_ctx,
         )

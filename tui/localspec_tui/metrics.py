@@ -41,7 +41,7 @@ class ReplyMetrics:
     tokens: int = 0
     total_seconds: float = 0.0
     rate_history: list[float] = field(default_factory=list)
-    acceptance_history: list[float] = field(default_factory=list)
+    acceptance_history: list[float | None] = field(default_factory=list)  # None: k was 0
     _window: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=ROLLING_STEPS))
 
     def reset(self) -> None:
@@ -58,10 +58,9 @@ class ReplyMetrics:
         self._window.append((n_new_tokens, seconds))
         self.rate_history.append(self.rolling_tokens_per_second)
         drafted = after.drafted - before.drafted
-        if drafted > 0:
-            self.acceptance_history.append((after.accepted - before.accepted) / drafted)
-        else:
-            self.acceptance_history.append(0.0)
+        # A step that drafted nothing (k = 0) has no acceptance: None, not a rejection's 0.0.
+        self.acceptance_history.append(
+            (after.accepted - before.accepted) / drafted if drafted > 0 else None)
         del self.rate_history[:-SPARK_POINTS], self.acceptance_history[:-SPARK_POINTS]
         self.stats = after
 
@@ -74,3 +73,8 @@ class ReplyMetrics:
     @property
     def average_tokens_per_second(self) -> float:
         return self.tokens / self.total_seconds if self.total_seconds > 0 else 0.0
+
+    def shown_tokens_per_second(self, generating: bool) -> float:
+        """The one tok/s the chat shows: rolling while the reply streams, the whole reply's
+        average once it ended (the status bar and the reply's closing line then agree)."""
+        return self.rolling_tokens_per_second if generating else self.average_tokens_per_second

@@ -22,10 +22,6 @@ def drafter_label(info: EngineInfo) -> str:
     return labels[spec.kind]
 
 
-def pair_label(info: EngineInfo) -> str:
-    return f"{info.target_name} + {drafter_label(info)}"
-
-
 def welcome_lines(info: EngineInfo, model: ModelLine, kind: ModelKind,
                   pair: str | None) -> list[str]:
     """The chat's first lines: the model (base or instruct), the drafter and the keys; for a

@@ -8,7 +8,8 @@ from localspec.text.grammar import JSON_OBJECT_GBNF
 from localspec.types import DraftMax, GenerationParams, generation_rule_violation
 from localspec.types import parse_draft_max as parse_draft_max  # "auto" or 0-64, for /k
 
-DRAFT_CYCLE: tuple[DraftMax, ...] = ("auto", 1, 2, 3, 4, 5, 6, 8)
+DRAFT_CYCLE: tuple[DraftMax, ...] = ("auto", 1, 2, 3, 4, 5, 6, 8)  # F3; /k takes any 0-64
+DRAFT_CYCLE_TEXT = ", ".join(str(k) for k in DRAFT_CYCLE)  # the help and the README say this
 TEMPERATURE_CYCLE: tuple[float, ...] = (0.0, 0.2, 0.5, 0.8, 1.0)
 
 

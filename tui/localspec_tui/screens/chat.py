@@ -45,6 +45,7 @@ class ChatScreen(Screen[None]):
         Binding("f5", "toggle_provenance", "Colours"),
         Binding("ctrl+n", "new_chat", "New", priority=True),
         Binding("ctrl+y", "copy_last", "Copy", priority=True),
+        Binding("ctrl+q", "app.quit", "Quit", priority=True),
     ]
 
     def __init__(
@@ -242,8 +243,8 @@ class ChatScreen(Screen[None]):
     def _summary(self, message: ReplyFinished) -> str:
         stats, metrics = message.stats, self.metrics
         parts = [f"{metrics.tokens if metrics else stats.n_tokens} tokens"]
-        if metrics is not None and metrics.total_seconds > 0:
-            parts.append(f"{metrics.average_tokens_per_second:.1f} tok/s")
+        if metrics is not None and metrics.total_seconds > 0:  # what the status bar shows now
+            parts.append(f"{metrics.shown_tokens_per_second(generating=False):.1f} tok/s")
         if stats.drafted:
             parts.append(f"accept {stats.acceptance_rate:.0%}")
         if stats.target_passes:

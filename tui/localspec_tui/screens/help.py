@@ -10,7 +10,9 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
-HELP = """\
+from ..settings import DRAFT_CYCLE_TEXT
+
+HELP_TEMPLATE = """\
 # localspec chat
 
 A small **drafter** proposes tokens; the **target** model checks them all in one pass and
@@ -22,7 +24,7 @@ keeps the longest correct prefix. You get exactly the target's answer, faster.
 | Esc | stop the reply in progress |
 | F1 | this help |
 | F2 | speculation on / off (live: the reply continues) |
-| F3 | draft length: auto, 1, 2, 3, 4, 5, 6, 8 |
+| F3 | draft length: {draft_cycle} |
 | F4 | temperature: 0, 0.2, 0.5, 0.8, 1.0 |
 | F5 | provenance colours on / off |
 | Ctrl+N | new chat |
@@ -33,7 +35,8 @@ Commands: `/temp 0.7`, `/k 4`, `/k auto`, `/spec on|off`, `/system TEXT`,
 `/max 256`, `/json on|off`, `/exact on|off` (loads the model again in that mode; the
 conversation goes on), `/new`, `/copy`, `/colours`, `/help`, `/quit`.
 
-**Status bar.** *tok/s*: generated tokens per second over the last steps, without prompt
+**Status bar.** *tok/s*: generated tokens per second over the last steps while a reply
+streams, over the whole reply once it ended (as its closing line says), without prompt
 processing. *accept*: accepted / drafted
 tokens. *τ*: tokens per target pass (1.00 = plain decoding). *k*: the draft length (`auto·4`:
 the controller chose 4 in the last step). *ctx*: tokens in the context.
@@ -42,8 +45,10 @@ the controller chose 4 in the last step). *ctx*: tokens in the context.
 characters came from accepted draft tokens; amber ones the target wrote itself (a correction
 after a rejection, or the bonus token after a fully accepted draft). Replies are shown as the
 model wrote them, Markdown included, so colours on or off never move the text. The
-sparklines show tokens/s and the acceptance of each step of the reply.
+sparklines show tokens/s and the acceptance of each step of the reply (`·`: a step that
+drafted nothing, so it has no acceptance).
 """
+HELP = HELP_TEMPLATE.replace("{draft_cycle}", DRAFT_CYCLE_TEXT)
 
 
 SCROLL_HINT = "↑↓ PgUp PgDn scroll · Esc closes"

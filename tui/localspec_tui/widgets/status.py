@@ -15,8 +15,8 @@ from ..settings import ChatSettings
 class ModelLine:
     """What is loaded: shown on the second line of the status bar."""
 
-    pair: str  # e.g. "gemma-3-270m + ngram"
-    drafter: str
+    target: str  # e.g. "gemma-3-270m" or "tiny-pair: tiny-target"
+    drafter: str  # e.g. "ngram" or "ngram+qwen2.5-coder-0.5b-instruct-q4_k_m"
     memory: str  # memory plan summary
     n_ctx: int
 
@@ -27,7 +27,8 @@ Segment = tuple[int, Text]  # (priority: 0 is kept longest, larger numbers go fi
 class StatusBar(Static):
     """Two lines; ``show`` redraws them from the metrics and settings. When the terminal is
     narrow, the least important parts go first (line 1: temperature, then k; line 2: the
-    memory plan, then the pair), so the numbers, ``ctx`` and the colour legend stay."""
+    memory plan, the target's name, then the drafter), so the numbers, ``ctx`` and the colour
+    legend stay."""
 
     def __init__(self, model: ModelLine, *, id: str | None = None) -> None:  # noqa: A002
         super().__init__(id=id)
@@ -71,7 +72,7 @@ def numbers_line(metrics: ReplyMetrics | None, settings: ChatSettings,
     rate = Text()
     rate.append("● " if generating else "○ ", "bold green" if generating else "dim")
     if metrics is not None and metrics.steps:
-        rate.append(f"{metrics.rolling_tokens_per_second:5.1f}", "bold")
+        rate.append(f"{metrics.shown_tokens_per_second(generating):5.1f}", "bold")
         rate.append(" tok/s")
     else:
         rate.append("  -  tok/s")
@@ -91,7 +92,9 @@ def numbers_line(metrics: ReplyMetrics | None, settings: ChatSettings,
 
 
 def model_line(model: ModelLine, provenance: bool, context_used: int) -> list[Segment]:
-    segments: list[Segment] = [(3, Text(model.pair, "bold")), (4, Text(model.memory)),
+    # The drafter outlives the target's name when space is short: it is what speculates.
+    segments: list[Segment] = [(3, Text(model.target, "bold")),
+                               (2, Text(f"drafter {model.drafter}")), (4, Text(model.memory)),
                                (1, Text(f"ctx {context_used}/{model.n_ctx}"))]
     if provenance:
         legend = Text("colours: ")
