@@ -34,6 +34,7 @@ from localspec.errors import InvalidParameterError
 from localspec.files import read_input_text
 from localspec.runtime.engine import Engine
 from localspec.runtime.learned import SavedStats, restore_saved, save_learned, saved_path
+from localspec.runtime.threads import slow_run_note
 from localspec.text.chat_template import chat_format, chat_tokens
 from localspec.text.fim import ExtraChunk, FimInput, model_fim_prompt
 from localspec.types import GenerationParams, GenerationResult, GenerationStats
@@ -252,6 +253,11 @@ def _stream(engine: Engine, prompt: str | list[int], params: GenerationParams,
     sys.stdout.flush()
     line = summary_line(stats, engine.info.drafter, saved if params.speculative else None)
     print(line + (" (interrupted)" if interrupted.is_set() else ""), file=sys.stderr)
+    verify = engine.learned().verify  # a plain pass's cost as timed (0: never timed)
+    slow = slow_run_note(stats.tokens_per_second, stats.n_tokens,
+                         verify[1] if len(verify) > 1 else 0.0, engine.options.n_threads or 1)
+    if slow is not None:
+        _note(slow)
     return INTERRUPTED if interrupted.is_set() else 0
 
 
@@ -266,6 +272,7 @@ def json_output(result: GenerationResult, engine: Engine, params: GenerationPara
         "target": engine.info.target_path,
         "drafter": engine.info.drafter,
         "exact": engine.info.exact,
+        "threads": engine.options.n_threads,
         "pair": pair,
         "params": sampling,
     }
