@@ -251,13 +251,13 @@ def _stream(engine: Engine, prompt: str | list[int], params: GenerationParams,
     stats = handle.result().stats
     sys.stdout.write("\n")
     sys.stdout.flush()
-    line = summary_line(stats, engine.info.drafter, saved if params.speculative else None)
-    print(line + (" (interrupted)" if interrupted.is_set() else ""), file=sys.stderr)
     verify = engine.learned().verify  # a plain pass's cost as timed (0: never timed)
     slow = slow_run_note(stats.tokens_per_second, stats.n_tokens,
                          verify[1] if len(verify) > 1 else 0.0, engine.options.n_threads or 1)
     if slow is not None:
         _note(slow)
+    line = summary_line(stats, engine.info.drafter, saved if params.speculative else None)
+    print(line + (" (interrupted)" if interrupted.is_set() else ""), file=sys.stderr)
     return INTERRUPTED if interrupted.is_set() else 0
 
 

@@ -43,21 +43,25 @@ def default_threads(load: float | None = None, usable: int | None = None,
     return max(1, usable - busy)
 
 
-SLOW_SHARE = 0.5  # a run slower than this share of its plain passes' timed speed is "far below"
+SLOW_SHARE = 0.35  # a run slower than this share of its plain passes' timed speed is "far below"
+# Passes cheaper than this are not judged: a tiny model's per-token work outside the pass
+# (sampling, streaming the text) then costs as much as the pass itself.
+MIN_PASS_SECONDS = 0.002
 
 
 def slow_run_note(tokens_per_second: float, n_tokens: int, plain_pass_seconds: float,
                   threads: int) -> str | None:
-    """One line when a run made far fewer tokens per second than one plain pass per token
-    would have at the cost its passes were timed at (the controller's estimate of a one-row
-    pass: timed at start-up, then tracked), naming --threads; None otherwise. Speculation
-    never runs below about plain speed, so a run this slow was slowed by the machine."""
-    if n_tokens < 16 or plain_pass_seconds <= 0 or tokens_per_second <= 0:
-        return None
+    """One line when a run on several threads made far fewer tokens per second than one plain
+    pass per token would have at the cost its passes were timed at (the controller's estimate
+    of a one-row pass: timed at start-up, then tracked), naming --threads; None otherwise.
+    Speculation never runs far below plain speed, so a run this slow was slowed by the
+    machine."""
+    if (threads <= 1 or n_tokens < 16 or plain_pass_seconds < MIN_PASS_SECONDS
+            or tokens_per_second <= 0):
+        return None  # one thread has no fewer to try
     expected = 1.0 / plain_pass_seconds
     if tokens_per_second >= SLOW_SHARE * expected:
         return None
-    fewer = f"--threads {threads - 1}" if threads > 1 else "--threads 1"
     return (f"{tokens_per_second:.1f} tokens/s is far below the {expected:.1f} that this "
-            f"model's passes were timed at with {threads} thread(s): the CPU looks busy with "
-            f"other work; try {fewer}, or a quieter machine.")
+            f"model's passes were timed at with {threads} threads: the CPU looks busy with "
+            f"other work; try --threads {threads - 1}, or a quieter machine.")

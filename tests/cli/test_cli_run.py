@@ -225,8 +225,9 @@ def test_runs_in_the_suite_save_statistics_in_its_own_cache(tiny_model_path: Pat
     users = Path(platformdirs.user_cache_dir("localspec"))
     saved = private_cache / "controller"
     before = set(saved.glob("*.json")) if saved.is_dir() else set()
+    # a context size no other test uses: the file's key is this run's alone
     run_json("the quick brown fox", "--target", str(tiny_model_path), "--draft", "ngram",
-             "--temperature", "0", "--max-tokens", "8", "--threads", "1")
+             "--temperature", "0", "--max-tokens", "8", "--threads", "1", "--ctx", "1792")
     new = set(saved.glob("*.json")) - before
     assert len(new) == 1  # the run's statistics, in the session's cache
     assert not (users / "controller" / new.pop().name).exists()

@@ -44,8 +44,11 @@ def test_the_load_options_decide_the_count_once(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_a_run_far_below_its_timed_speed_names_threads() -> None:
+    """The issue's run: 1.1 tokens/s on 2 threads where a pass was timed at 0.05 s."""
     note = slow_run_note(tokens_per_second=1.1, n_tokens=64, plain_pass_seconds=0.05, threads=2)
     assert note is not None and "--threads 1" in note and "\n" not in note
     assert slow_run_note(12.0, 64, 0.05, 2) is None  # 12 of the 20 timed: not far below
     assert slow_run_note(1.1, 8, 0.05, 2) is None  # too short to judge
     assert slow_run_note(1.1, 64, 0.0, 2) is None  # passes never timed (plain decoding)
+    assert slow_run_note(1.1, 64, 0.05, 1) is None  # one thread: nothing fewer to try
+    assert slow_run_note(100.0, 64, 0.0005, 4) is None  # a tiny model's passes: not judged
