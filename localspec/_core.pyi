@@ -88,6 +88,9 @@ class ControllerMemory:
     hits: list[list[float]]
     verify: list[float]
     draft_cost: list[float]
+    evidence_trials: list[float]
+    evidence_hits: list[float]
+    timing_noise: float
     def __init__(self) -> None: ...
 
 class GenerationStats:
@@ -281,7 +284,11 @@ class _Testing:
         k_max: int
         credit: float
         memory: ControllerMemory
+        timing_noise: float
+        noisy: bool
+        probes: int
         def __init__(self, k_max: int) -> None: ...
+        def worth_probing(self, slot: int = 0) -> bool: ...
         def begin_request(self) -> None: ...
         def choose(self, slot: int = 0, limit: int = 1 << 30) -> int: ...
         def observe(

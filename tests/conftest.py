@@ -3,12 +3,45 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from localspec.testing.synthetic import TinyConfig, write_model, write_pair
+
+
+def _link_models(models: Path, into: Path) -> None:
+    """Symbolic links in ``into`` to the assembled models of ``models`` (the embedded Gemma, the
+    real pair) and their markers: tests find them without assembling or downloading anything,
+    and whatever a test writes into the cache replaces a link, never the user's file."""
+    into.mkdir(parents=True, exist_ok=True)
+    if not models.is_dir():
+        return
+    for entry in models.iterdir():
+        if entry.is_file() and not entry.name.startswith("."):
+            (into / entry.name).symlink_to(entry)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every test runs with its own localspec cache (LOCALSPEC_CACHE_DIR) and, unless the suite
+    was started with one, its own config directory: nothing a test does (controller statistics
+    saved by `localspec run`, assembled models, a models.toml) reaches the user's directories.
+    Child processes inherit both variables."""
+    from localspec.models.sources import cache_dir
+
+    users = cache_dir()  # the user's cache, or the LOCALSPEC_CACHE_DIR the suite was given
+    root = tmp_path_factory.mktemp("localspec-home")
+    cache = root / "cache"
+    _link_models(users / "models", cache / "models")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LOCALSPEC_CACHE_DIR", str(cache))
+        if not os.environ.get("LOCALSPEC_CONFIG_DIR"):
+            (root / "config").mkdir()
+            patch.setenv("LOCALSPEC_CONFIG_DIR", str(root / "config"))
+        yield cache
 
 
 @pytest.fixture(scope="session")

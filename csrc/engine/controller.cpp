@@ -20,6 +20,22 @@ constexpr double kExploitAllowance = 0.5;  // plain passes exploiting may lose b
 constexpr double kCreditCap = 4.0;      // plain passes of credit a request may bank
 constexpr double kShapeRun = 4;  // passes a new pass shape is expected to be kept for
 constexpr double kCostSmoothing = 0.2;  // EMA weight of a new cost sample
+// The gate (acceptance alone decides whether a kind is worth drafting at all).
+constexpr double kEvidenceDecay = 0.98;  // the long record: ~50 first tokens of a kind
+constexpr double kMinAcceptance = 0.1;   // below this (optimistic bound) a kind is off
+constexpr double kGateZ = 1.0;           // ... the bound: mean + 1 standard deviation
+constexpr int kRecheckFirst = 32;        // declined steps before the first recheck of an off kind
+constexpr int kRecheckMax = 4096;        // the spacing doubles after each miss, up to this
+// Probes per request: at most kProbeFloor plus kProbeShare per choice, whatever they cost.
+constexpr double kProbeFloor = 4.0;
+constexpr double kProbeShare = 1.0 / 16;
+// Noisy timings: the deviation measure's EMA weight, the level above which timings are noisy,
+// and the pessimistic first-token acceptance a kind then needs to be drafted.
+constexpr double kNoiseWeight = 0.1;
+constexpr int kNoiseAfter = 8;  // samples of a row count before its deviations count
+constexpr double kNoisyTimings = 0.25;
+constexpr double kQuietTimings = 0.15;  // ... and the level below which they are clean again
+constexpr double kNoisyAcceptance = 0.5;
 
 // A cost sample moves the estimate by kCostSmoothing of its difference, and counts at most
 // kSpikeClip times the estimate: a pass that another process preempted (time only ever gets
@@ -50,14 +66,21 @@ DraftController::DraftController(int k_max) : k_max_(std::max(0, k_max)) {
     mem_.hits.assign(kSlots, std::vector<double>(positions, 0.0));
     mem_.verify.assign(positions + 2, 0.0);
     mem_.draft_cost.assign(kSlots, 0.0);
+    mem_.evidence_trials.assign(kSlots, 0.0);
+    mem_.evidence_hits.assign(kSlots, 0.0);
+    recheck_after_.assign(kSlots, kRecheckFirst);
+    recheck_spacing_.assign(kSlots, kRecheckFirst);
+    recheck_pending_.assign(kSlots, false);
     same_shape_.assign(positions + 2, 0.0);
     new_shape_.assign(positions + 2, 0.0);
+    samples_.assign(positions + 2, 0);
     begin_request();
 }
 
 void DraftController::begin_request() {
     credit_ = explore_credit_ = 0;
     exploring_ = false;
+    steps_ = probes_ = 0;
     fast_.assign(kSlots, 0.0);
     for (size_t slot = 0; slot < kSlots; ++slot) {
         auto& trials = mem_.trials[slot];
@@ -77,6 +100,8 @@ void DraftController::swap_request(RequestState& other) {
     std::swap(explore_credit_, other.explore_credit);
     std::swap(exploring_, other.exploring);
     std::swap(fast_, other.fast);
+    std::swap(steps_, other.steps);
+    std::swap(probes_, other.probes);
 }
 
 void DraftController::restore(const ControllerMemory& memory) {
@@ -93,6 +118,13 @@ void DraftController::restore(const ControllerMemory& memory) {
     }
     if (memory.verify.size() == mem_.verify.size()) mem_.verify = memory.verify;
     if (memory.draft_cost.size() == mem_.draft_cost.size()) mem_.draft_cost = memory.draft_cost;
+    if (memory.evidence_trials.size() == mem_.evidence_trials.size() &&
+        memory.evidence_hits.size() == mem_.evidence_hits.size()) {
+        mem_.evidence_trials = memory.evidence_trials;
+        mem_.evidence_hits = memory.evidence_hits;
+    }
+    mem_.timing_noise = std::max(0.0, memory.timing_noise);
+    noisy_ = mem_.timing_noise > kNoisyTimings;
     begin_request();
 }
 
@@ -185,11 +217,75 @@ double DraftController::worst_loss(int k, int slot) const {
     return k * draft_seconds_per_token(slot) + pass - verify_seconds(1);
 }
 
+bool DraftController::worth_probing(int slot) const {
+    const size_t i = slot_index(slot);
+    const double n = mem_.evidence_trials[i] + 2.0;
+    const double p = (mem_.evidence_hits[i] + 1.0) / n;
+    return p + kGateZ * std::sqrt(p * (1.0 - p) / n) >= kMinAcceptance;
+}
+
+bool DraftController::noisy() const { return noisy_; }
+
+bool DraftController::may_probe() const { return probes_ < kProbeFloor + kProbeShare * steps_; }
+
+// A kind the gate turned off drafts one token after recheck_spacing_ declined steps (counted
+// per kind), if the probe bounds allow it; until then nothing.
+int DraftController::recheck(int slot) {
+    const size_t i = slot_index(slot);
+    if (recheck_after_[i] > 0) --recheck_after_[i];
+    if (recheck_after_[i] > 0 || !may_probe() || worst_loss(1, slot) > std::min(credit_, explore_credit_)) return 0;
+    recheck_pending_[i] = true;
+    recheck_after_[i] = recheck_spacing_[i];  // a recheck the drafter could not draft waits too
+    exploring_ = true;
+    ++probes_;
+    return 1;
+}
+
+// A recheck's outcome: a hit brings the next one back to the first spacing (three hits in a
+// row reopen a kind the record had closed), a miss doubles the wait.
+void DraftController::resolve_recheck(int slot, bool accepted) {
+    const size_t i = slot_index(slot);
+    if (!recheck_pending_[i]) return;
+    recheck_pending_[i] = false;
+    recheck_spacing_[i] = accepted ? kRecheckFirst : std::min(2 * recheck_spacing_[i], kRecheckMax);
+    recheck_after_[i] = recheck_spacing_[i];
+}
+
+// Noisy timings: the kind is drafted when its pessimistic first-token acceptance reaches
+// kNoisyAcceptance, at the length the mean estimates and the costs favour (costs only shape how
+// much); probed only when its optimistic acceptance could reach it, within the count bound.
+int DraftController::choose_noisy(int slot, int limit) {
+    auto best_length = [&](Estimate estimate) {
+        int best = 1;
+        double best_rate = expected_rate(1, slot, estimate);
+        for (int k = 2; k <= limit; ++k) {
+            const double rate = expected_rate(k, slot, estimate);
+            if (rate > best_rate) {
+                best = k;
+                best_rate = rate;
+            }
+        }
+        return best;
+    };
+    if (pessimistic_acceptance(slot, 0) >= kNoisyAcceptance) return best_length(Estimate::Mean);
+    // The probe's price in time is not checked: the credit is made of the same noisy timings
+    // (a few preempted passes sink it for dozens of steps). Its count bounds it, and only a
+    // kind that could reach kNoisyAcceptance is probed.
+    if (bounded_acceptance(slot, 0, kZ) < kNoisyAcceptance || !may_probe()) return 0;
+    const int k = best_length(Estimate::Optimistic);
+    exploring_ = true;
+    ++probes_;
+    return k;
+}
+
 int DraftController::choose(int slot, int limit) {
     exploring_ = false;
     limit = std::clamp(limit, 0, k_max_);
     if (limit == 0) return 0;
     if (mem_.verify[1] == 0) return 0;  // measure a plain pass first: the baseline everything is compared to
+    ++steps_;
+    if (!worth_probing(slot)) return recheck(slot);
+    if (noisy()) return choose_noisy(slot, limit);
     // Exploit: among the k whose pessimistic rate beats plain decoding and whose risk the request
     // can afford, the one with the best expected (mean) rate. Every k is judged with its own V(k + 1): on CPUs batch costs are
     // far from linear (4 or 8 rows can cost less than 3 or 7).
@@ -208,9 +304,10 @@ int DraftController::choose(int slot, int limit) {
         }
     }
     if (best > 0) return best;
-    const int probe = explore(slot, limit);
+    const int probe = may_probe() ? explore(slot, limit) : 0;
     if (probe > 0) {
         exploring_ = true;
+        ++probes_;
         return probe;
     }
     // Declined: the evidence against this kind ages a little, so that the optimistic estimate
@@ -242,6 +339,18 @@ void DraftController::observe(int k, int n_accepted, double draft_seconds, doubl
                               DraftLead lead) {
     const size_t rows = static_cast<size_t>(k) + 1;
     if (rows < mem_.verify.size()) {
+        // How far the sample is from what was expected, once this row count's estimate has
+        // followed a few of this process's own passes (a calibrated or restored value can sit
+        // a steady few percent off the passes of a real request).
+        const double estimate = mem_.verify[rows];
+        if (++samples_[rows] > kNoiseAfter && estimate > 0 && verify_seconds_ > 0) {
+            const double deviation = std::min(std::abs(verify_seconds_ - estimate) / estimate, 2.0);
+            mem_.timing_noise += kNoiseWeight * (deviation - mem_.timing_noise);
+            // Hysteresis: a measure hovering at the threshold must not flip the decision rule
+            // from step to step.
+            if (mem_.timing_noise > kNoisyTimings) noisy_ = true;
+            if (mem_.timing_noise < kQuietTimings) noisy_ = false;
+        }
         mem_.verify[rows] = ema(mem_.verify[rows], verify_seconds_);
         auto& shaped = static_cast<int>(rows) == last_rows_ ? same_shape_ : new_shape_;
         shaped[rows] = ema(shaped[rows], verify_seconds_);
@@ -257,11 +366,13 @@ void DraftController::observe(int k, int n_accepted, double draft_seconds, doubl
     const int n_lead = std::min(lead.n, k);
     if (n_lead > 0) {
         observe_acceptance(n_lead, std::min(n_accepted, n_lead), lead.slot);
+        resolve_recheck(lead.slot, n_accepted > 0);
         const size_t j = slot_index(lead.slot);
         mem_.draft_cost[j] = ema(mem_.draft_cost[j], draft_seconds / k);
     }
     if (k > n_lead && n_accepted >= n_lead) {
         observe_acceptance(k - n_lead, n_accepted - n_lead, slot);
+        resolve_recheck(slot, n_accepted > n_lead);
         const size_t i = slot_index(slot);
         mem_.draft_cost[i] = ema(mem_.draft_cost[i], draft_seconds / k);
     }
@@ -285,6 +396,8 @@ void DraftController::observe_acceptance(int k, int n_accepted, int slot) {
         if (p < n_accepted) hits[static_cast<size_t>(p)] += 1;
     }
     fast_[i] += kFastWeight * ((n_accepted > 0 ? 1.0 : 0.0) - fast_[i]);
+    mem_.evidence_trials[i] = kEvidenceDecay * mem_.evidence_trials[i] + 1.0;
+    mem_.evidence_hits[i] = kEvidenceDecay * mem_.evidence_hits[i] + (n_accepted > 0 ? 1.0 : 0.0);
 }
 
 }  // namespace localspec

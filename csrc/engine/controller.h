@@ -26,6 +26,20 @@
 // So exploring costs a request at most kBudget of its plain time, and exploiting at most
 // kExploitAllowance plain passes beyond what it won, in expectation under the pessimistic
 // estimate (docs/design.md, "The controller").
+//
+// Timings are the weak evidence (another process on the CPU makes a pass look cheap or dear at
+// random); acceptance is not. So:
+//   * the gate: a kind whose long acceptance record (first drafted tokens, never weighed down
+//     per request) says its first token is accepted less than kMinAcceptance of the time, even
+//     optimistically, is off whatever the timings say: no exploiting, no exploring, only a
+//     recheck of one token after 32, 64, 128 ... declined steps (back to 32 after a hit);
+//   * probes are bounded in count per request (kProbeFloor + kProbeShare per step) as well as
+//     in time;
+//   * when the pass timings are noisy (timing_noise above kNoisyTimings, until it falls below
+//     kQuietTimings: the mean relative deviation of pass samples from their estimate),
+//     acceptance decides whether to draft
+//     (the kind's pessimistic first-token acceptance at least kNoisyAcceptance) and the costs
+//     only how much.
 #pragma once
 
 #include <vector>
@@ -41,6 +55,10 @@ struct ControllerMemory {
     std::vector<std::vector<double>> trials, hits;
     std::vector<double> verify;      // [rows]: smoothed seconds of a target pass; 0 = not measured
     std::vector<double> draft_cost;  // [slot]: smoothed draft seconds per drafted token
+    // [slot]: the long record of first drafted tokens (decayed per observation of the kind,
+    // never weighed down per request): what the gate reads.
+    std::vector<double> evidence_trials, evidence_hits;
+    double timing_noise = 0;  // mean relative deviation of pass-cost samples from their estimate
 };
 
 // The first n tokens of a chained draft, of a kind of their own (grammar-forced text) learned in
@@ -67,6 +85,7 @@ public:
         double credit = 0, explore_credit = 0;
         bool exploring = false;
         std::vector<double> fast = std::vector<double>(kSlots, 0.0);
+        int steps = 0, probes = 0;  // choices made and probes among them (the probe count bound)
     };
     void swap_request(RequestState& other);
 
@@ -102,6 +121,11 @@ public:
     enum class Estimate { Mean, Pessimistic, Optimistic };
     double expected_rate(int k, int slot = 0, Estimate estimate = Estimate::Mean) const;  // E(k) / T(k)
     double credit() const { return credit_; }  // seconds drafting may still lose in this request
+    // The gate: whether the kind's acceptance record leaves it worth drafting at all.
+    bool worth_probing(int slot = 0) const;
+    double timing_noise() const { return mem_.timing_noise; }
+    bool noisy() const;  // timings too noisy to decide from: acceptance decides
+    int probes() const { return probes_; }  // probes in this request so far (the count bound)
 
     const ControllerMemory& memory() const { return mem_; }
     // Restores saved memory; entries of the wrong shape (another k_max or kind count) are ignored.
@@ -112,6 +136,10 @@ private:
     double worst_loss(int k, int slot) const;  // seconds lost if every drafted token is rejected
     double fast_ratio(int slot) const;
     int explore(int slot, int limit) const;
+    bool may_probe() const;
+    int choose_noisy(int slot, int limit);
+    int recheck(int slot);
+    void resolve_recheck(int slot, bool accepted);
 
     int k_max_;
     ControllerMemory mem_;
@@ -120,10 +148,17 @@ private:
     double credit_ = 0;          // what drafting may still lose in this request (seconds)
     double explore_credit_ = 0;  // the part of it that exploring may spend: its budget only
     bool exploring_ = false;     // the last choice was a probe (paid from explore_credit_)
+    int steps_ = 0, probes_ = 0;  // choices and probes in this request (RequestState)
+    // [slot]: declined steps left before a gated-off kind is rechecked, the current spacing,
+    // and whether a recheck is waiting for its outcome (across requests: not per request).
+    std::vector<int> recheck_after_, recheck_spacing_;
+    std::vector<bool> recheck_pending_;
     // Pass seconds by rows, split by whether the pass had the previous pass's rows (learned in
     // this process only; 0 = not measured), and the rows of the last observed pass.
     std::vector<double> same_shape_, new_shape_;
     int last_rows_ = 0;
+    std::vector<int> samples_;  // [rows]: passes observed in this process (timing_noise)
+    bool noisy_ = false;  // timing_noise rose past kNoisyTimings and has not fallen to kQuietTimings
 };
 
 }  // namespace localspec

@@ -140,6 +140,10 @@ void localspec::register_testing(py::module_& m) {
         .def("expected_rate", &DraftController::expected_rate, py::arg("k"), py::arg("slot") = 0,
              py::arg("estimate") = DraftController::Estimate::Mean)
         .def_property_readonly("credit", &DraftController::credit)
+        .def("worth_probing", &DraftController::worth_probing, py::arg("slot") = 0)
+        .def_property_readonly("timing_noise", &DraftController::timing_noise)
+        .def_property_readonly("noisy", &DraftController::noisy)
+        .def_property_readonly("probes", &DraftController::probes)
         .def_property_readonly("memory", &DraftController::memory)
         .def("restore", &DraftController::restore)
         .def_property_readonly("k_max", &DraftController::k_max);

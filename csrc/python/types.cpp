@@ -132,7 +132,10 @@ void localspec::register_types(py::module_& m) {
         .def_readwrite("trials", &ControllerMemory::trials)
         .def_readwrite("hits", &ControllerMemory::hits)
         .def_readwrite("verify", &ControllerMemory::verify)
-        .def_readwrite("draft_cost", &ControllerMemory::draft_cost);
+        .def_readwrite("draft_cost", &ControllerMemory::draft_cost)
+        .def_readwrite("evidence_trials", &ControllerMemory::evidence_trials)
+        .def_readwrite("evidence_hits", &ControllerMemory::evidence_hits)
+        .def_readwrite("timing_noise", &ControllerMemory::timing_noise);
 
     py::class_<RemoteDeviceInfo>(m, "RemoteDeviceInfo")
         .def_readonly("endpoint", &RemoteDeviceInfo::endpoint)

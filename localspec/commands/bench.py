@@ -260,13 +260,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         choice = choose_models(args)
         with load_engine(args, choice) as engine:
-            used_saved = args.saved_stats and restore_saved(engine)
+            args.threads = engine.options.n_threads  # the baseline runs with the same count
+            saved = restore_saved(engine) if args.saved_stats else None
             measured = _measure(engine, prompts, params, args, choice.drafter)
             heads = engine_header(engine, measured.runs)
         outcome = _outcome(args, choice.target, measured, params)
         outcome.coverage = head_coverage(choice.drafter, measured.runs)
         header = {"target": choice.target, "drafter": str(choice.drafter),
-                  "saved_stats_used": used_saved}
+                  "saved_stats_used": saved is not None,
+                  "saved_stats_note": saved.note() if saved else None}
     header.update(heads)
     header.update(max_tokens=args.max_tokens,
                   temperature=args.temperature, draft_max=draft_max, repeat=args.repeat,
@@ -342,8 +344,7 @@ def _show(args: argparse.Namespace, header: dict[str, Any], outcome: Outcome) ->
                   f"temperature {header['temperature']} | draft {header['draft_max']} | "
                   f"{header['repeat']} repeat(s) | penalties: repeat {header['repeat_penalty']}, "
                   f"frequency {header['frequency_penalty']}, presence {header['presence_penalty']}"
-                  f" | saved stats "
-                  f"{'used' if header['saved_stats_used'] else 'not used'}")
+                  " | " + (header.get("saved_stats_note") or "saved stats not used"))
     print_report(outcome.report, console, per_prompt=args.per_prompt)
     if outcome.coverage is not None:
         console.print("draft-vocabulary coverage of the plain outputs (share of the target's "

@@ -251,7 +251,7 @@ def _measure(args: argparse.Namespace, choice: ModelChoice, params: GenerationPa
     plan = plan_choice(args, choice)
     progress = _progress(args, len(prompts), params.max_tokens)
     with load_engine(args, choice, plan=plan) as engine:
-        used_saved = args.saved_stats and restore_saved(engine)
+        saved = restore_saved(engine) if args.saved_stats else None
         runs = run_comparison(engine, prompts, params, progress=progress)
         probe = _probe(engine, choice.drafter, runs, prompts[0])
         _note("measuring the draft's agreement with the target")
@@ -262,7 +262,9 @@ def _measure(args: argparse.Namespace, choice: ModelChoice, params: GenerationPa
                  "agreement": agreement.to_dict() if agreement else None,
                  "verify_head": engine.info.verify_head, "draft_head": engine.info.draft_head,
                  "mode": "exact" if engine.info.exact else "default",
-                 "saved_stats_used": used_saved}
+                 "saved_stats_used": saved is not None,
+                 "saved_stats": saved.to_dict() if saved else None,
+                 "saved_stats_note": saved.note() if saved else None}
     return summarize(runs), plan_summary(plan), details, runs, probe
 
 
@@ -358,7 +360,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"Mode: {details['mode']}" + (" (batch-invariant passes: any difference from plain "
                                           "output is a bug)" if details["mode"] == "exact" else ""))
         print(f"Target head: {details['verify_head']}{draft}")
-        print("Controller: " + ("started from the statistics saved by earlier runs"
+        print("Controller: " + (f"started from {details['saved_stats_note']}"
                                 if details["saved_stats_used"] else
                                 "started from nothing (no saved statistics used)"))
         print(render_measurement(report, n_prompts, params, verdict))

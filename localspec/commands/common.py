@@ -145,7 +145,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, positional_pair: boo
                        help="exact mode: batch-invariant target passes, so speculative output "
                        "equals plain output bit for bit (docs/exact.md) (default: off)")
     group.add_argument("--threads", type=int, default=None,
-                       help="CPU threads (default: all cores)")
+                       help="CPU threads (default: the usable cores minus those other work "
+                       "keeps busy at start-up, by the load average; at least 1)")
     group.add_argument("--n-gpu-layers", type=int, default=None,
                        help="target layers to offload, -1 for all (default: from the memory plan)")
     group.add_argument("--verbose", action="store_true",

@@ -33,7 +33,8 @@ from localspec.commands.shaping import add_shaping_arguments, shaping_fields
 from localspec.errors import InvalidParameterError
 from localspec.files import read_input_text
 from localspec.runtime.engine import Engine
-from localspec.runtime.learned import restore_saved, save_learned, saved_path
+from localspec.runtime.learned import SavedStats, restore_saved, save_learned, saved_path
+from localspec.runtime.threads import slow_run_note
 from localspec.text.chat_template import chat_format, chat_tokens
 from localspec.text.fim import ExtraChunk, FimInput, model_fim_prompt
 from localspec.types import GenerationParams, GenerationResult, GenerationStats
@@ -166,10 +167,9 @@ def run(args: argparse.Namespace) -> int:
     choice = choose_models(args)
     params = _params(args, choice)
     with load_engine(args, choice) as engine:
-        used_saved = not args.reset_stats and restore_saved(engine)
+        saved = None if args.reset_stats else restore_saved(engine)
         try:
-            return _generate(args, engine, choice, text, params, used_saved=used_saved,
-                             fill=fill)
+            return _generate(args, engine, choice, text, params, saved=saved, fill=fill)
         finally:
             if params.speculative:
                 save_learned(saved_path(engine), engine.learned())
@@ -202,7 +202,8 @@ def _read_file(flag: str, path: str) -> str:
 
 
 def _generate(args: argparse.Namespace, engine: Engine, choice: ModelChoice, text: str,
-              params: GenerationParams, *, used_saved: bool, fill: FimInput | None = None) -> int:
+              params: GenerationParams, *, saved: SavedStats | None,
+              fill: FimInput | None = None) -> int:
     for note in limit_notes(args, choice.n_ctx, engine.info):
         _note(note)
     if params.grammar is not None:  # --grammar or --json-schema's, checked before it runs
@@ -218,13 +219,15 @@ def _generate(args: argparse.Namespace, engine: Engine, choice: ModelChoice, tex
     if args.json:
         result = engine.generate(prompt, params)
         pair = None if args.target else choice.label
-        out = {**json_output(result, engine, params, pair), "saved_stats_used": used_saved}
+        out = {**json_output(result, engine, params, pair), "saved_stats_used": saved is not None,
+               "saved_stats": saved.to_dict() if saved else None}
         print(json.dumps(out, ensure_ascii=False))
         return 0
-    return _stream(engine, prompt, params)
+    return _stream(engine, prompt, params, saved)
 
 
-def _stream(engine: Engine, prompt: str | list[int], params: GenerationParams) -> int:
+def _stream(engine: Engine, prompt: str | list[int], params: GenerationParams,
+            saved: SavedStats | None = None) -> int:
     """Print the text as it comes; Ctrl+C stops the engine, ends the line, prints the stats.
 
     Ctrl+C only asks the engine to stop (a signal handler, not KeyboardInterrupt): an exception
@@ -248,7 +251,12 @@ def _stream(engine: Engine, prompt: str | list[int], params: GenerationParams) -
     stats = handle.result().stats
     sys.stdout.write("\n")
     sys.stdout.flush()
-    line = summary_line(stats, engine.info.drafter)
+    verify = engine.learned().verify  # a plain pass's cost as timed (0: never timed)
+    slow = slow_run_note(stats.tokens_per_second, stats.n_tokens,
+                         verify[1] if len(verify) > 1 else 0.0, engine.options.n_threads or 1)
+    if slow is not None:
+        _note(slow)
+    line = summary_line(stats, engine.info.drafter, saved if params.speculative else None)
     print(line + (" (interrupted)" if interrupted.is_set() else ""), file=sys.stderr)
     return INTERRUPTED if interrupted.is_set() else 0
 
@@ -264,6 +272,7 @@ def json_output(result: GenerationResult, engine: Engine, params: GenerationPara
         "target": engine.info.target_path,
         "drafter": engine.info.drafter,
         "exact": engine.info.exact,
+        "threads": engine.options.n_threads,
         "pair": pair,
         "params": sampling,
     }
@@ -286,10 +295,12 @@ def _read_stdin() -> str:
         ) from None
 
 
-def summary_line(stats: GenerationStats, drafter: str) -> str:
+def summary_line(stats: GenerationStats, drafter: str, saved: SavedStats | None = None) -> str:
+    """The run's last line; it names the saved statistics the controller started from, if any."""
+    reused = f" | {saved.note()}" if saved else ""
     return (
         f"[{stats.n_tokens} tokens, {stats.tokens_per_second:.1f} tok/s | drafter {drafter}: "
         f"drafted {stats.drafted}, accepted {stats.accepted} "
         f"({stats.acceptance_rate:.0%}), mean accepted length {stats.mean_accepted_length:.2f}, "
-        f"{stats.target_passes} target passes]"
+        f"{stats.target_passes} target passes{reused}]"
     )

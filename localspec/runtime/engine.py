@@ -64,6 +64,7 @@ class Engine(WorkerSupervision):
     """
 
     def __init__(self, options: LoadOptions, max_queue: int = 64) -> None:
+        options = options.with_threads()  # the count this engine runs with, decided once
         self.options = options
         self._max_queue = max_queue
         self._closed = False

@@ -56,6 +56,8 @@ class LoadOptions:
     target: str
     draft: DrafterSpec = AUTO
     n_ctx: int = DEFAULT_N_CTX
+    # CPU threads; None: decided at load by threads.default_threads (the usable cores minus
+    # those other work keeps busy), after which Engine.options holds the count (with_threads).
     n_threads: int | None = None
     n_gpu_layers: int = -1  # target layers to offload to a GPU (-1: all)
     n_gpu_layers_draft: int | None = None  # None: same as n_gpu_layers
@@ -87,6 +89,15 @@ class LoadOptions:
     def __post_init__(self) -> None:
         if not isinstance(self.draft, DrafterSpec):  # a spelling such as "ngram" or a path
             object.__setattr__(self, "draft", DrafterSpec.parse(self.draft))
+
+    def with_threads(self) -> LoadOptions:
+        """These options with the thread count decided: the given one, else the default for
+        this machine as loaded now."""
+        if self.n_threads is not None:
+            return self
+        from localspec.runtime.threads import default_threads
+
+        return replace(self, n_threads=default_threads())
 
     def validate(self) -> None:
         """Raise InvalidParameterError with one sentence naming the bad value (files are

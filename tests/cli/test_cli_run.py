@@ -212,3 +212,22 @@ def test_version() -> None:
     proc = localspec("--version")
     assert proc.returncode == 0
     assert proc.stdout.strip() == f"localspec {__version__} (llama-cpp-python 0.3.36)"
+
+
+def test_runs_in_the_suite_save_statistics_in_its_own_cache(tiny_model_path: Path,
+                                                            private_cache: Path) -> None:
+    """`localspec run` saves what the controller learned into the cache directory: in the
+    suite that is the session's own (tests/conftest.py), never the user's. The file is named by
+    the models' identity, and this session's tiny model exists nowhere else, so no other
+    process on the machine can write a file of that name."""
+    import platformdirs
+
+    users = Path(platformdirs.user_cache_dir("localspec"))
+    saved = private_cache / "controller"
+    before = set(saved.glob("*.json")) if saved.is_dir() else set()
+    # a context size no other test uses: the file's key is this run's alone
+    run_json("the quick brown fox", "--target", str(tiny_model_path), "--draft", "ngram",
+             "--temperature", "0", "--max-tokens", "8", "--threads", "1", "--ctx", "1792")
+    new = set(saved.glob("*.json")) - before
+    assert len(new) == 1  # the run's statistics, in the session's cache
+    assert not (users / "controller" / new.pop().name).exists()

@@ -127,7 +127,8 @@ def test_memory_of_another_shape_is_ignored() -> None:
     big = _core.testing.DraftController(15)
     big.restore(small.memory)  # other k_max: nothing restored, nothing crashes
     assert big.memory.verify == [0.0] * 17
-    assert big.memory.trials == [[0.0] * 15] * 9  # slots: model or head, lookups 1..7, forced
+    # slots: model or head, lookups 1..7, forced, prediction
+    assert big.memory.trials == [[0.0] * 15] * 10
 
 
 def test_a_good_drafter_still_wins() -> None:

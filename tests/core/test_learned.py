@@ -7,8 +7,18 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
+from localspec import _core
 from localspec.runtime.engine import Engine
-from localspec.runtime.learned import LearnedKey, learned_path, load_learned, save_learned
+from localspec.runtime.learned import (
+    NOISY_TIMINGS,
+    LearnedKey,
+    learned_path,
+    load_learned,
+    read_learned,
+    save_learned,
+)
 from tests.fixtures.helpers import run_localspec
 
 REPETITIVE = "one two three four five six. one two three four five six. one two three four"
@@ -51,6 +61,7 @@ def test_saved_memory_round_trips_and_bad_files_are_ignored(tmp_path: Path,
         engine.generate(REPETITIVE, max_tokens=32, temperature=0, ignore_eos=True)
         memory = engine.learned()
         key = LearnedKey.of(engine.options)
+    memory.timing_noise = 0.0  # as on a quiet machine (a noisy run's costs are not reused)
     path = learned_path(key, tmp_path)
     save_learned(path, memory)
     loaded = load_learned(path)
@@ -63,6 +74,47 @@ def test_saved_memory_round_trips_and_bad_files_are_ignored(tmp_path: Path,
     path.write_text("{not json")
     assert load_learned(path) is None
     assert load_learned(tmp_path / "missing.json") is None
+
+
+def memory_with_noise(noise: float) -> _core.ControllerMemory:
+    memory = _core.ControllerMemory()
+    memory.trials, memory.hits = [[4.0, 2.0]] * 9, [[3.0, 1.0]] * 9
+    memory.verify, memory.draft_cost = [0.0, 0.01, 0.012, 0.015], [0.001] * 9
+    memory.evidence_trials, memory.evidence_hits = [30.0] * 9, [20.0] * 9
+    memory.timing_noise = noise
+    return memory
+
+
+def test_statistics_saved_from_a_quiet_run_are_reused_and_say_when(tmp_path: Path) -> None:
+    path = tmp_path / "quiet.json"
+    save_learned(path, memory_with_noise(0.04))
+    loaded = read_learned(path)
+    assert loaded is not None
+    memory, saved = loaded
+    assert saved.timings_reused and memory.verify == [0.0, 0.01, 0.012, 0.015]
+    assert memory.timing_noise == pytest.approx(0.04)
+    assert saved.note().startswith("statistics from 20") and saved.note().endswith(" UTC reused")
+    assert saved.to_dict()["timings_reused"] is True
+
+
+def test_statistics_saved_from_a_noisy_run_keep_only_their_acceptance(tmp_path: Path) -> None:
+    """Pass costs timed while other work shared the CPU are wrong for the next run: they are
+    dropped (the engine times its passes afresh); acceptance, which no load changes, stays."""
+    path = tmp_path / "noisy.json"
+    save_learned(path, memory_with_noise(NOISY_TIMINGS + 0.2))
+    loaded = read_learned(path)
+    assert loaded is not None
+    memory, saved = loaded
+    assert not saved.timings_reused
+    assert memory.verify == [0.0] * 4 and memory.draft_cost == [0.0] * 9
+    assert memory.timing_noise == 0.0
+    assert memory.trials == [[4.0, 2.0]] * 9 and memory.evidence_hits == [20.0] * 9
+    assert "timings ignored (saved from a noisy run" in saved.note()
+    data = json.loads(path.read_text())
+    assert data["format"] == 2 and data["timing_noise"] > NOISY_TIMINGS
+    data["format"] = 1  # a file of the format before: no date, no noise measure
+    path.write_text(json.dumps(data))
+    assert read_learned(path) is None
 
 
 def test_the_key_changes_with_what_the_statistics_depend_on(tiny_model_path: Path,
@@ -92,6 +144,7 @@ def test_run_starts_from_the_statistics_of_earlier_runs(tmp_path: Path,
     assert list((tmp_path / "cache" / "controller").glob("*.json"))
     second = run_json(tmp_path, tiny_model_path)
     assert second["saved_stats_used"] is True
+    assert second["saved_stats"]["saved_at"].endswith("Z")
     assert second["tokens"] == first["tokens"]  # lossless either way
     reset = run_json(tmp_path, tiny_model_path, "--reset-stats")
     assert reset["saved_stats_used"] is False
@@ -112,3 +165,19 @@ def test_declined_lookups_are_checked_for_free(tiny_model_path: Path) -> None:
         memory = engine.learned()
     # Drafting alone adds at most one trial per drafted token (and decay only shrinks them).
     assert sum(sum(row) for row in memory.trials[1:]) > result.stats.drafted + 1
+
+
+def test_the_summary_line_names_the_statistics_it_started_from(tmp_path: Path,
+                                                               tiny_model_path: Path) -> None:
+    env = {**os.environ, "LOCALSPEC_CACHE_DIR": str(tmp_path / "cache")}
+    args = ["run", REPETITIVE, "--target", str(tiny_model_path), "--draft", "ngram",
+            "--threads", "1", "--ctx", "512", "--max-tokens", "16", "--temperature", "0"]
+    first = run_localspec(*args, env=env)
+    assert first.returncode == 0, first.stderr
+    assert "statistics from" not in first.stderr
+    second = run_localspec(*args, env=env)
+    assert second.returncode == 0, second.stderr
+    summary = next(line for line in second.stderr.splitlines() if line.startswith("["))
+    # reused whole, or (from a run with noisy timings) its acceptance only: either is said
+    assert summary.startswith("[16 tokens") and "| statistics from 20" in summary, summary
+    assert summary.endswith(" UTC reused]") or summary.endswith("acceptance reused]"), summary
