@@ -101,7 +101,9 @@ Draft ForcedDrafter::forced_then_lookup(const std::vector<Token>& history, int k
     if (!grammar_ || !forced_ || k <= 0) return out;
     const std::string text = forced_->find(*grammar_, std::min(kMaxChars, kCharsPerToken * static_cast<size_t>(k)));
     if (text.empty()) return out;
-    out.tokens = target_.tokenize(text, false, false);
+    // Special tokens' text as the special tokens (a tool call's "<tool_call>" is one token to
+    // Qwen, and the grammar reads control tokens as their text).
+    out.tokens = target_.tokenize(text, false, true);
     if (out.tokens.size() > static_cast<size_t>(k)) out.tokens.resize(static_cast<size_t>(k));
     out.forced = static_cast<int>(out.tokens.size());
     out.kind = DraftKind::forced();

@@ -34,9 +34,11 @@ struct GenerationStats {
     double time_to_first_token = 0;
 
     double acceptance_rate() const { return drafted ? static_cast<double>(accepted) / drafted : 0.0; }
-    // Tokens per target pass (tau); exactly 1.0 for plain decoding.
+    // Tokens per target pass (tau): each pass emits its accepted drafts and one token of the
+    // target's, (accepted + passes) / passes; exactly 1.0 for plain decoding, also when the
+    // last pass's token was the end of generation (counted in no output, n_tokens).
     double mean_accepted_length() const {
-        return target_passes ? static_cast<double>(n_tokens) / target_passes : 0.0;
+        return target_passes ? static_cast<double>(accepted + target_passes) / target_passes : 0.0;
     }
     double tokens_per_second() const { return generation_seconds > 0 ? n_tokens / generation_seconds : 0.0; }
     double prefill_tokens_per_second() const {
