@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from localspec.models.registry import resolve_pair
+from localspec.runtime.convert import AUTO_DRAFT_MAX
 from localspec.runtime.engine import Engine
 from localspec.text.chat_template import chat_format, chat_tokens
 from localspec.types import GenerationParams, GenerationResult
@@ -80,7 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     edits = load_edits(args.edits)[: args.limit]
     print(f"# {engine.info.target_name} drafted by {engine.info.drafter}; {len(edits)} edits, "
           f"{args.repeat} repeat(s), at most {args.max_tokens} tokens", file=sys.stderr)
-    engine.generate(prompt_tokens(engine, template.template, edits[0]), replace(base, max_tokens=8))
+    first = prompt_tokens(engine, template.template, edits[0])
+    engine.generate(first, replace(base, max_tokens=8))
+    # The bound: a perfect prediction drafts the longest "auto" draft (AUTO_DRAFT_MAX) at every
+    # pass, so n tokens take ceil(n / (k + 1)) passes of k + 1 rows, V(k + 1) seconds each.
+    k = AUTO_DRAFT_MAX
+    costs = engine.pass_seconds(first, k + 1)
+    print("# pass seconds by rows: " + ", ".join(f"{r}: {costs[r] * 1000:.0f} ms"
+                                                for r in (1, 2, 4, 8, 12, k + 1)), file=sys.stderr)
     rows = []
     for edit in edits:
         tokens = prompt_tokens(engine, template.template, edit)
@@ -108,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             "drafted_by_kind": {name: o.stats.drafted_by_kind for name, o in outputs.items()},
         }
         row["predicted_vs_drafter"] = row["predicted_tps"] / row["drafter_tps"]
+        perfect_tps = row["tokens"] / (-(-row["tokens"] // (k + 1)) * costs[k + 1])
+        row["bound_vs_drafter"] = perfect_tps / row["drafter_tps"]
         row["predicted_vs_plain"] = row["predicted_tps"] / row["plain_tps"]
         row["drafter_vs_plain"] = row["drafter_tps"] / row["plain_tps"]
         rows.append(row)
@@ -115,9 +125,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['drafter_tps']:5.2f}  predicted {row['predicted_tps']:5.2f} tok/s  "
               f"x{row['predicted_vs_drafter']:.2f} vs drafter, x{row['predicted_vs_plain']:.2f} "
               f"vs plain  prediction +{row['accepted_prediction_tokens']}/"
-              f"-{row['rejected_prediction_tokens']}  identical={row['identical']}", flush=True)
+              f"-{row['rejected_prediction_tokens']}  bound x{row['bound_vs_drafter']:.2f} vs "
+              f"drafter  identical={row['identical']}", flush=True)
     engine.close()
-    for key in ("predicted_vs_drafter", "predicted_vs_plain", "drafter_vs_plain"):
+    for key in ("predicted_vs_drafter", "bound_vs_drafter", "predicted_vs_plain",
+                "drafter_vs_plain"):
         values = [row[key] for row in rows]
         worst = min(rows, key=lambda row: row[key])
         print(f"{key}: median x{statistics.median(values):.2f}, worst x{worst[key]:.2f} "

@@ -22,6 +22,7 @@ class EngineOptions:
     draft_sampling: bool
     ngram_min: int
     ngram_max: int
+    recent_ngram_tokens: int
     draft_p_min: float
     controller_k_max: int
     fast_head: bool

@@ -36,6 +36,15 @@ Draft NgramDrafter::lookup_draft(const std::vector<Token>& history, int k) {
     if (k <= 0) return out;
     int n_found = 0;
     out.tokens = lookup(history, n_min_, n_max_, k, n_found);
+    if (recent_ && n_found < n_max_) {  // a longer match in the recent outputs predicts better
+        const int longer = out.tokens.empty() ? n_min_ : n_found + 1;
+        int n_recent = 0;
+        std::vector<Token> recent = recent_->lookup(history, longer, n_max_, k, n_recent);
+        if (!recent.empty()) {
+            out.tokens = std::move(recent);
+            n_found = n_recent;
+        }
+    }
     out.kind = DraftKind::lookup(n_found);
     // A match whose continuation runs into the end of the context is a repeating cycle:
     // keep looking up on the context extended by the draft, so the draft follows the cycle.

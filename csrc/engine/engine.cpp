@@ -81,8 +81,10 @@ ContextOptions target_options(const EngineOptions& options, const DrafterSpec& s
 }
 
 std::unique_ptr<Drafter> configured_drafter(const EngineOptions& options, const DrafterSpec& spec,
-                                            const Model& target, Context& target_ctx) {
-    if (spec.kind == "ngram") return std::make_unique<NgramDrafter>(options.ngram_min, options.ngram_max);
+                                            const Model& target, Context& target_ctx,
+                                            const std::shared_ptr<const RecentOutputs>& recent) {
+    const NgramDrafter ngram(options.ngram_min, options.ngram_max, recent);
+    if (spec.kind == "ngram") return std::make_unique<NgramDrafter>(ngram);
     // Hidden-state drafters follow one generation each: one per slot (PerSlotDrafter).
     if (spec.kind == "mtp") {
         // (The factory runs later, when a slot first drafts: it holds copies, and references to
@@ -91,8 +93,7 @@ std::unique_ptr<Drafter> configured_drafter(const EngineOptions& options, const 
             return std::make_unique<MtpDrafter>(target, target_ctx, options.n_threads, options.draft_sampling,
                                                 options.draft_p_min, slot);
         });
-        return std::make_unique<HybridDrafter>(NgramDrafter(options.ngram_min, options.ngram_max), std::move(mtp),
-                                               "mtp");
+        return std::make_unique<HybridDrafter>(ngram, std::move(mtp), "mtp");
     }
     auto draft = std::make_shared<Model>(ModelOptions{spec.path, options.n_gpu_layers_draft});
     check_vocab_compatible(target, *draft);
@@ -113,14 +114,15 @@ std::unique_ptr<Drafter> configured_drafter(const EngineOptions& options, const 
     }
     if (!spec.with_ngram) return model;
     const std::string name = spec.kind == "eagle3" ? model->name() : "hybrid:" + model->name();
-    return std::make_unique<HybridDrafter>(NgramDrafter(options.ngram_min, options.ngram_max), std::move(model), name);
+    return std::make_unique<HybridDrafter>(ngram, std::move(model), name);
 }
 
 // Every drafter drafts grammar-forced text first when a request has a grammar (forced_drafter.h).
 std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, const DrafterSpec& spec, const Model& target,
-                                      Context& target_ctx) {
+                                      Context& target_ctx, const std::shared_ptr<const RecentOutputs>& recent) {
     if (spec.kind == "none") return nullptr;
-    auto predicted = std::make_unique<PredictionDrafter>(configured_drafter(options, spec, target, target_ctx));
+    auto configured = configured_drafter(options, spec, target, target_ctx, recent);
+    auto predicted = std::make_unique<PredictionDrafter>(std::move(configured));
     return std::make_unique<ForcedDrafter>(target, std::move(predicted));
 }
 
@@ -158,7 +160,10 @@ SpecEngine::SpecEngine(const EngineOptions& options, const DrafterSpec& drafter)
     : exact_(options.exact),
       target_model_(load_target(options)),
       target_(*target_model_, target_options(options, drafter, *target_model_)),
-      drafter_(make_drafter(options, drafter, *target_model_, target_)),
+      recent_(options.recent_ngram_tokens > 0
+                  ? std::make_shared<RecentOutputs>(static_cast<size_t>(options.recent_ngram_tokens))
+                  : nullptr),
+      drafter_(make_drafter(options, drafter, *target_model_, target_, recent_)),
       controller_(drafter_ ? options.controller_k_max : 0) {}
 
 SpecEngine::~SpecEngine() = default;

@@ -11,6 +11,7 @@
 #include "engine/batch_plan.h"
 #include "engine/controller.h"
 #include "draft/drafter.h"
+#include "draft/recent_outputs.h"
 #include "llama/llama_backend.h"
 #include "sample/sampling.h"
 #include "engine/stats.h"
@@ -46,6 +47,9 @@ struct EngineOptions {
     bool draft_sampling = true;  // model drafter samples from q at temperature > 0
     int ngram_min = 2;
     int ngram_max = 4;
+    // Tokens of recent outputs the n-gram drafter also looks up, shared across requests
+    // (draft/recent_outputs.h); 0: off.
+    int recent_ngram_tokens = 0;
     float draft_p_min = 0.4f;  // model drafter stops when its top probability falls below this
     int controller_k_max = kAutoDraftMax;  // the longest draft the adaptive controller may choose
     // Logits from localspec's own output head (Q8_0 or Q6_K: q8_head.h, q6k_head.h) when possible
@@ -241,6 +245,8 @@ private:
     bool exact_ = false;
     std::shared_ptr<Model> target_model_;
     Context target_;
+    // The latest generations' outputs, which the n-gram drafter also looks up (null: off).
+    std::shared_ptr<RecentOutputs> recent_;
     std::unique_ptr<Drafter> drafter_;
     DraftController controller_;  // survives generations: costs are learned once
     PassCostCurve pass_cost_;     // seconds of a target pass by its total rows (batched passes)

@@ -345,6 +345,7 @@ void SpecEngine::emit(Sequence& s, bool shared_pass) {
 void SpecEngine::finish(Sequence& s, const std::string& reason) {
     s.finished = true;
     s.result.finish_reason = reason;
+    if (recent_ && reason != "error") recent_->add(s.result.tokens);
     if (!s.joining) s.result.stats.generation_seconds = seconds_since(s.gen_start);
 }
 

@@ -18,6 +18,7 @@ from localspec.commands.common import (
 from localspec.commands.limits import limit_notes
 from localspec.errors import InvalidParameterError
 from localspec.files import read_input_text
+from localspec.runtime.loading import LoadOptions
 from localspec.runtime.rpc import is_loopback
 from localspec.server.options import ServerOptions
 from localspec.types import GenerationParams
@@ -47,6 +48,11 @@ def register(subparsers: Any) -> None:
         "--parallel", type=int, default=DEFAULT_PARALLEL, metavar="N",
         help="generations that run together, sharing each target pass; more wait in the queue "
         "(default: %(default)s, with any drafter; in exact mode they take turns)",
+    )
+    parser.add_argument(
+        "--recent-ngrams", type=int, default=LoadOptions.recent_ngram_tokens, metavar="TOKENS",
+        help="the n-gram drafter also looks up this many tokens of recent answers, across "
+        "requests (0: off; default: %(default)s)",
     )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"],
                         help="the server's log level (default: %(default)s)")
@@ -130,7 +136,8 @@ def run_serve(args: argparse.Namespace) -> int:
     with bind(args.host, args.port) as sock:
         choice = choose_models(args)
         _warn_if_exposed(args.host, args.api_key)
-        with load_engine(args, choice, parallel=args.parallel, warm_up=True) as engine:
+        with load_engine(args, choice, parallel=args.parallel, warm_up=True,
+                         recent_ngram_tokens=args.recent_ngrams) as engine:
             for note in limit_notes(args, choice.n_ctx, engine.info):
                 print(f"localspec: note: {note}", file=sys.stderr)
             app = create_app(

@@ -84,6 +84,9 @@ class LoadOptions:
     # RPC workers (HOST:PORT) lending devices for the target's layers (docs/rpc.md): remote
     # devices first, then local GPUs; the drafter and the output layer stay local.
     rpc: tuple[str, ...] = ()
+    # Tokens of recent outputs (across requests) the n-gram drafter also looks up, where they
+    # match longer than the request's own context (csrc/draft/recent_outputs.h); 0: off.
+    recent_ngram_tokens: int = 0
     verbose: bool = False
 
     def __post_init__(self) -> None:
@@ -118,6 +121,7 @@ class LoadOptions:
 
 
 MAX_PARALLEL = 64  # LoadOptions.parallel
+MAX_RECENT_NGRAM_TOKENS = 1 << 20  # LoadOptions.recent_ngram_tokens
 # Cache types whose flash attention on a CPU worker takes ggml's tiled (many rows) or split
 # (one row, 512+ cells) paths, which ggml's reference kernels turn off locally but an RPC worker
 # cannot be asked to (docs/exact.md, "Over RPC workers").
@@ -128,6 +132,9 @@ _LOAD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
               "use 16 to 4194304 tokens"),
     "draft_p_min": (lambda v: isinstance(v, (int, float)) and 0.0 <= v < 1.0, "use [0, 1)"),
     "n_threads": (lambda v: v is None or (isinstance(v, int) and v >= 1), "use 1 or more"),
+    "recent_ngram_tokens": (lambda v: isinstance(v, int) and not isinstance(v, bool)
+                            and 0 <= v <= MAX_RECENT_NGRAM_TOKENS,
+                            "use 0 (off) to 1048576 tokens"),
     "kv_type": (lambda v: v in KV_TYPES, "use one of " + ", ".join(sorted(KV_TYPES))),
     "parallel": (lambda v: isinstance(v, int) and 1 <= v <= MAX_PARALLEL,
                  f"use 1 to {MAX_PARALLEL}"),
@@ -291,6 +298,7 @@ def engine_options(options: LoadOptions) -> _core.EngineOptions:
     core_options.repack = options.repack
     core_options.exact = options.exact
     core_options.verbose = options.verbose
+    core_options.recent_ngram_tokens = options.recent_ngram_tokens
     # Every drafter serves `parallel` generations (a draft model keeps a cache per generation,
     # a head or MTP layers a context per generation); in exact mode they take turns.
     core_options.n_seq = options.parallel
