@@ -52,3 +52,24 @@ def test_a_run_far_below_its_timed_speed_names_threads() -> None:
     assert slow_run_note(1.1, 64, 0.0, 2) is None  # passes never timed (plain decoding)
     assert slow_run_note(1.1, 64, 0.05, 1) is None  # one thread: nothing fewer to try
     assert slow_run_note(100.0, 64, 0.0005, 4) is None  # a tiny model's passes: not judged
+
+
+def test_busy_cores_are_other_processes_cpu_time_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measured over a short window from /proc (not the 1-minute load average, which still
+    counts a build that ended a minute ago), less this process's own time."""
+    samples = iter([(1000, 300, 50), (1100, 390, 90)])  # (all ticks, busy ticks, own ticks)
+    monkeypatch.setattr(threads, "_cpu_ticks", lambda: next(samples))
+    monkeypatch.setattr(threads.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
+    # 90 of 100 ticks busy, 40 of them this process's: 50 / 100 of 2 cores = one core.
+    assert threads.busy_cores_now() == pytest.approx(1.0)
+    monkeypatch.setattr(threads, "_cpu_ticks", lambda: None)
+    assert threads.busy_cores_now() is None
+
+
+def test_the_real_proc_files_are_read() -> None:
+    ticks = threads._cpu_ticks()
+    if ticks is None:
+        pytest.skip("no /proc on this system")
+    total, busy, own = ticks
+    assert 0 <= busy <= total and own >= 0
