@@ -16,6 +16,7 @@ void PredictionAlignment::follow(const std::vector<Token>& prediction, const std
     for (; seen_ < n_output; ++seen_) {
         if (synced_ && cursor_ < prediction.size() && prediction[cursor_] == output[seen_]) {
             ++cursor_;
+            ++evidence_;
         } else {
             synced_ = false;  // the output departs here; it may rejoin at any later token
         }
@@ -46,6 +47,7 @@ void PredictionAlignment::rejoin(const std::vector<Token>& prediction, const Tok
     if (best_match == 0) return;
     cursor_ = best_end;
     synced_ = true;
+    evidence_ = static_cast<int>(best_match);
 }
 
 std::vector<Token> PredictionAlignment::continuation(const std::vector<Token>& prediction, int k) const {
@@ -79,29 +81,31 @@ void PredictionDrafter::begin_draft(const DraftInputs& inputs) {
     next_->begin_draft(inputs);
 }
 
-Draft PredictionDrafter::propose(const std::vector<Token>& history, int k) const {
+Draft PredictionDrafter::propose(const std::vector<Token>& history, int k, int& evidence) const {
     Draft out;
     if (!prediction_ || k <= 0) return out;
     out.kind = DraftKind::prediction();
-    const PredictionAlignment& alignment = slots_[slot_];
-    if (history.size() <= history_length_) {
-        out.tokens = alignment.continuation(*prediction_, k);
-    } else {
-        PredictionAlignment ahead = alignment;  // the lead's tokens are drafts, not output
-        ahead.follow(*prediction_, history);
-        out.tokens = ahead.continuation(*prediction_, k);
-    }
+    PredictionAlignment alignment = slots_[slot_];
+    if (history.size() > history_length_) alignment.follow(*prediction_, history);  // a lead's drafts
+    out.tokens = alignment.continuation(*prediction_, k);
+    evidence = alignment.evidence();
     return out;
 }
 
 Draft PredictionDrafter::draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) {
-    Draft out = propose(history, k);
+    int evidence = 0;
+    Draft out = propose(history, k, evidence);
     return out.tokens.empty() ? next_->draft(history, k, params, rng) : out;
 }
 
 Draft PredictionDrafter::lookup_draft(const std::vector<Token>& history, int k) {
-    Draft out = propose(history, k);
-    return out.tokens.empty() ? next_->lookup_draft(history, k) : out;
+    int evidence = 0;
+    Draft out = propose(history, k, evidence);
+    if (!out.tokens.empty() && evidence >= PredictionAlignment::kMinAnywhere) return out;
+    Draft other = next_->lookup_draft(history, k);
+    if (out.tokens.empty()) return other;
+    const bool longer = !other.tokens.empty() && other.kind.match_length > evidence;
+    return longer ? other : out;
 }
 
 }  // namespace localspec

@@ -35,6 +35,10 @@ public:
     std::vector<Token> continuation(const std::vector<Token>& prediction, int k) const;
     bool synced() const { return synced_; }
     size_t cursor() const { return cursor_; }
+    // How many of the output's last tokens follow the prediction at the cursor: those matched
+    // in a row since the output last departed, or the length of the match it rejoined at.
+    // kMinAnywhere at the start: the prediction is the client's own claim about the output.
+    int evidence() const { return evidence_; }
 
     // Rejoining: suffixes shorter than kMinAnywhere tokens count only within kNear tokens of
     // the cursor (a renamed identifier's next token is likely the prediction's there, and
@@ -51,10 +55,13 @@ private:
     size_t seen_ = 0;    // output tokens followed so far
     size_t cursor_ = 0;  // the prediction token expected next
     bool synced_ = true;
+    int evidence_ = kMinAnywhere;
 };
 
-// The prediction's continuation when the output follows it, else `next`'s proposal. One
-// alignment per generation slot (batched serving), started afresh for each new generation.
+// The prediction's continuation when the output follows it, else `next`'s proposal; where the
+// output has only just rejoined the prediction (on fewer than kMinAnywhere tokens), `next`'s
+// free proposal wins when its n-gram match is longer. One alignment per generation slot
+// (batched serving), started afresh for each new generation.
 class PredictionDrafter : public Drafter {
 public:
     explicit PredictionDrafter(std::unique_ptr<Drafter> next) : next_(std::move(next)) {}
@@ -73,8 +80,9 @@ public:
     std::string head() const override { return next_->head(); }
 
 private:
-    // The prediction's proposal after `history` (empty: none).
-    Draft propose(const std::vector<Token>& history, int k) const;
+    // The prediction's proposal after `history` (empty: none), and how many output tokens back
+    // it (PredictionAlignment::evidence).
+    Draft propose(const std::vector<Token>& history, int k, int& evidence) const;
 
     std::unique_ptr<Drafter> next_;
     std::vector<PredictionAlignment> slots_;  // [slot]: its generation's alignment
