@@ -12,15 +12,10 @@ namespace {
 std::vector<Token> lookup(const std::vector<Token>& context, int n_min, int n_max, int k, int& n_found) {
     const int len = static_cast<int>(context.size());
     for (int n = std::min(n_max, len - 1); n >= n_min; --n) {
-        const Token* suffix = context.data() + (len - n);
-        // Scan backwards: the most recent match best predicts the local continuation.
-        for (int start = len - n - 1; start >= 0; --start) {
-            if (!std::equal(suffix, suffix + n, context.data() + start)) continue;
-            const int from = start + n;
-            const int count = std::min(k, len - from);
-            n_found = n;
-            return std::vector<Token>(context.begin() + from, context.begin() + from + count);
-        }
+        const int from = latest_continuation(context.data(), len, context.data() + (len - n), n);
+        if (from < 0) continue;
+        n_found = n;
+        return std::vector<Token>(context.begin() + from, context.begin() + from + std::min(k, len - from));
     }
     return {};
 }

@@ -4,6 +4,13 @@
 
 namespace localspec {
 
+int latest_continuation(const Token* tokens, int size, const Token* suffix, int n) {
+    for (int start = size - n - 1; start >= 0; --start) {
+        if (std::equal(suffix, suffix + n, tokens + start)) return start + n;
+    }
+    return -1;
+}
+
 void RecentOutputs::add(const std::vector<Token>& output) {
     if (capacity_ == 0 || output.size() < 2) return;
     const size_t keep = std::min(output.size(), capacity_);
@@ -26,13 +33,10 @@ std::vector<Token> RecentOutputs::lookup(const std::vector<Token>& context, int 
         const Token* suffix = context.data() + (len - n);
         for (const std::vector<Token>& output : outputs_) {
             const int size = static_cast<int>(output.size());
-            for (int start = size - n - 1; start >= 0; --start) {
-                if (!std::equal(suffix, suffix + n, output.data() + start)) continue;
-                const int from = start + n;
-                const int count = std::min(k, size - from);
-                n_found = n;
-                return std::vector<Token>(output.begin() + from, output.begin() + from + count);
-            }
+            const int from = latest_continuation(output.data(), size, suffix, n);
+            if (from < 0) continue;
+            n_found = n;
+            return std::vector<Token>(output.begin() + from, output.begin() + from + std::min(k, size - from));
         }
     }
     return {};

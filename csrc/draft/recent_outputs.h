@@ -12,6 +12,12 @@
 
 namespace localspec {
 
+// Where the continuation after the most recent occurrence of `suffix` (n tokens) in
+// tokens[0, size) starts, an occurrence with at least one token after it; -1 when none. Scans
+// backwards: the most recent match best predicts the local continuation. (The n-gram drafter's
+// lookup over the context and over recent outputs.)
+int latest_continuation(const Token* tokens, int size, const Token* suffix, int n);
+
 // The outputs of the latest finished generations, newest first, at most `capacity` tokens in
 // all (the oldest outputs are dropped first; an output longer than the capacity keeps its end).
 // Owned by the engine thread, like the drafters that read it.
