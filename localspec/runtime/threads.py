@@ -63,8 +63,8 @@ def _cpu_ticks() -> tuple[int, int, int] | None:
     try:
         with open("/proc/stat", encoding="ascii") as stat:
             fields = [int(x) for x in stat.readline().split()[1:]]
-        with open("/proc/self/stat", encoding="ascii") as own:
-            after_name = own.read().rsplit(")", 1)[1].split()
+        with open("/proc/self/stat", encoding="ascii") as process:
+            after_name = process.read().rsplit(")", 1)[1].split()
     except (OSError, ValueError, IndexError):
         return None
     if len(fields) < 5 or len(after_name) < 13:

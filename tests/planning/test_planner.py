@@ -352,7 +352,9 @@ def test_default_device_queries_ggml() -> None:
 
     devices = _core.list_devices()
     assert devices and {"name", "kind", "free_bytes", "total_bytes"} <= set(devices[0])
-    assert default_device() == choose_device(devices)
+    # The same device; its free bytes may move between the two queries (other work allocates).
+    chosen, expected = default_device(), choose_device(devices)
+    assert (chosen.name, chosen.kind) == (expected.name, expected.kind)
 
 
 def test_plan_command_device_cpu_ignores_a_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
