@@ -11,11 +11,11 @@ the embedded Gemma with a random EAGLE-3 head (a useless drafter) and the real p
 Qwen2.5-Coder 1.5B drafted by its 0.5B; skipped where it does not resolve). Goal: auto >= 0.97x
 plain, quiet and busy; the tokens the drafter drafted are shown.
 
-"Busy" starts two `python -c "while True: pass"` processes and waits --settle seconds (the load
-average, which the default thread count reads at start-up, follows with a 1-minute time
-constant). Run it alone on the machine:
+"Busy" starts two `python -c "while True: pass"` processes and waits --settle seconds (the
+default thread count measures the CPUs at start-up; the wait only lets the loops start). Run it
+alone on the machine:
 
-    python benchmarks/threads.py [--rounds 3] [--max-tokens 128] [--settle 70] [--skip-pair]
+    python benchmarks/threads.py [--rounds 3] [--max-tokens 128] [--settle 5] [--skip-pair]
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--settle", type=float, default=70.0,
+    parser.add_argument("--settle", type=float, default=5.0,
                         help="seconds the busy loops run before measuring (load average)")
     parser.add_argument("--skip-pair", action="store_true", help="only the embedded Gemma")
     args = parser.parse_args()
