@@ -13,6 +13,7 @@
 // (engine.cpp, make_drafter).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,31 @@ public:
     // Which head computes a draft model's logits (Context::batch_head()); "" when the drafter
     // runs no model.
     virtual std::string head() const { return ""; }
+};
+
+// A drafter in front of another (`next`): every call goes to `next` unless the subclass
+// overrides it (ForcedDrafter, PredictionDrafter propose first and hand over to `next`).
+class ChainedDrafter : public Drafter {
+public:
+    explicit ChainedDrafter(std::unique_ptr<Drafter> next) : next_(std::move(next)) {}
+    std::string name() const override { return next_->name(); }
+    void begin_draft(const DraftInputs& inputs) override { next_->begin_draft(inputs); }
+    Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override {
+        return next_->draft(history, k, params, rng);
+    }
+    Draft lookup_draft(const std::vector<Token>& history, int k) override { return next_->lookup_draft(history, k); }
+    bool has_model() const override { return next_->has_model(); }
+    DraftKind model_kind() const override { return next_->model_kind(); }
+    Draft model_draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override {
+        return next_->model_draft(history, k, params, rng);
+    }
+    void select(int slot) override { next_->select(slot); }
+    void rollback(const std::vector<Token>& history) override { next_->rollback(history); }
+    void prefill(const std::vector<Token>& history) override { next_->prefill(history); }
+    std::string head() const override { return next_->head(); }
+
+protected:
+    std::unique_ptr<Drafter> next_;
 };
 
 }  // namespace localspec

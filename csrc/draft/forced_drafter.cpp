@@ -88,7 +88,7 @@ std::vector<Token> ForcedText::candidates(const std::string& rest, size_t max) c
 }
 
 ForcedDrafter::ForcedDrafter(const Model& target, std::unique_ptr<Drafter> next)
-    : target_(target), next_(std::move(next)) {}
+    : ChainedDrafter(std::move(next)), target_(target) {}
 
 void ForcedDrafter::begin_draft(const DraftInputs& inputs) {
     grammar_ = inputs.grammar;

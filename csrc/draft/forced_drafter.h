@@ -41,22 +41,12 @@ private:
 // `next` continue after them with its free lookup. Without a grammar, or where nothing is
 // forced, it is `next`. A drafter that runs a model does not continue after forced text (a
 // hidden-state head needs the target's features at every position before its draft).
-class ForcedDrafter : public Drafter {
+class ForcedDrafter : public ChainedDrafter {
 public:
     ForcedDrafter(const Model& target, std::unique_ptr<Drafter> next);
-    std::string name() const override { return next_->name(); }
     void begin_draft(const DraftInputs& inputs) override;
     Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override;
     Draft lookup_draft(const std::vector<Token>& history, int k) override;
-    bool has_model() const override { return next_->has_model(); }
-    DraftKind model_kind() const override { return next_->model_kind(); }
-    Draft model_draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override {
-        return next_->model_draft(history, k, params, rng);
-    }
-    void select(int slot) override { next_->select(slot); }
-    void rollback(const std::vector<Token>& history) override { next_->rollback(history); }
-    void prefill(const std::vector<Token>& history) override { next_->prefill(history); }
-    std::string head() const override { return next_->head(); }
 
 private:
     // The forced tokens (at most k), with the next drafter's lookup after them.
@@ -65,7 +55,6 @@ private:
     std::vector<std::vector<Token>> row_candidates(const std::string& text, const std::vector<Token>& forced) const;
 
     const Model& target_;
-    std::unique_ptr<Drafter> next_;
     std::unique_ptr<ForcedText> forced_;  // made at the first grammar: it reads the whole vocabulary
     const Grammar* grammar_ = nullptr;  // the current generation's, in its state after the history
 };

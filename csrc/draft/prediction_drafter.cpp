@@ -71,8 +71,7 @@ void PredictionDrafter::select(int slot) {
 void PredictionDrafter::begin_draft(const DraftInputs& inputs) {
     const bool has = inputs.prediction && !inputs.prediction->empty() && inputs.history;
     prediction_ = has ? inputs.prediction : nullptr;
-    if (prediction_) {
-        if (slots_.size() <= slot_) slots_.resize(slot_ + 1);
+    if (prediction_) {  // select() made the slot's alignment
         PredictionAlignment& alignment = slots_[slot_];
         if (alignment.generation() != inputs.generation) alignment = PredictionAlignment(inputs.generation, inputs.prompt_length);
         alignment.follow(*prediction_, *inputs.history);

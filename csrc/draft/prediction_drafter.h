@@ -62,29 +62,19 @@ private:
 // output has only just rejoined the prediction (on fewer than kMinAnywhere tokens), `next`'s
 // free proposal wins when its n-gram match is longer. One alignment per generation slot
 // (batched serving), started afresh for each new generation.
-class PredictionDrafter : public Drafter {
+class PredictionDrafter : public ChainedDrafter {
 public:
-    explicit PredictionDrafter(std::unique_ptr<Drafter> next) : next_(std::move(next)) {}
-    std::string name() const override { return next_->name(); }
+    explicit PredictionDrafter(std::unique_ptr<Drafter> next) : ChainedDrafter(std::move(next)) {}
     void begin_draft(const DraftInputs& inputs) override;
     Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override;
     Draft lookup_draft(const std::vector<Token>& history, int k) override;
-    bool has_model() const override { return next_->has_model(); }
-    DraftKind model_kind() const override { return next_->model_kind(); }
-    Draft model_draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override {
-        return next_->model_draft(history, k, params, rng);
-    }
     void select(int slot) override;
-    void rollback(const std::vector<Token>& history) override { next_->rollback(history); }
-    void prefill(const std::vector<Token>& history) override { next_->prefill(history); }
-    std::string head() const override { return next_->head(); }
 
 private:
     // The prediction's proposal after `history` (empty: none), and how many output tokens back
     // it (PredictionAlignment::evidence).
     Draft propose(const std::vector<Token>& history, int k, int& evidence) const;
 
-    std::unique_ptr<Drafter> next_;
     std::vector<PredictionAlignment> slots_;  // [slot]: its generation's alignment
     size_t slot_ = 0;
     // The generation about to draft: its prediction (null: none) and its emitted history's length.
