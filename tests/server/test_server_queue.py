@@ -64,6 +64,16 @@ def metrics(server: BackgroundServer) -> dict[str, float]:
     return out
 
 
+def metrics_once(server: BackgroundServer, name: str, timeout: float = 10.0) -> dict[str, float]:
+    """The metrics once ``name`` is among them (or as they are at the deadline)."""
+    deadline = time.monotonic() + timeout
+    counts = metrics(server)
+    while name not in counts and time.monotonic() < deadline:
+        time.sleep(0.02)
+        counts = metrics(server)
+    return counts
+
+
 def wait_depth(server: BackgroundServer, depth: int, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -96,7 +106,9 @@ def test_queued_stream_opens_at_once_and_a_leaving_client_frees_its_place(
                 assert again.status_code == 200
             wait_depth(server, 1)
         assert running.result().status_code == 200
-        counts = metrics(server)
+        # The generation is counted as its response ends, which the client may see first.
+        finished = "localspec_generations_total{endpoint=/v1/completions,finish_reason=length}"
+        counts = metrics_once(server, finished)
     assert counts["localspec_rejected_requests_total{reason=queue_full}"] == 1
     assert counts["localspec_queue_wait_seconds_count"] == 1  # only the first request ran
     assert counts["localspec_generations_total{endpoint=/v1/completions,finish_reason=length}"] == 1
