@@ -53,9 +53,19 @@ double sum(const std::vector<double>& v) {
     return s;
 }
 
-// The kind's acceptance over all positions, with one accepted and one rejected pseudo-step.
+// The prior of a kind's acceptance, in pseudo-steps: one accepted and one rejected, except for
+// grammar-forced text. The grammar allows that text alone, so the target can only differ in how
+// it splits it into tokens: nine accepted of ten, which a request's own misses soon outweigh.
+struct Prior {
+    double hits, trials;
+};
+Prior prior(size_t slot) {
+    return slot == static_cast<size_t>(DraftKind::kForcedSlot) ? Prior{9.0, 10.0} : Prior{1.0, 2.0};
+}
+
+// The kind's acceptance over all positions, with its prior.
 double pooled_acceptance(const ControllerMemory& m, size_t slot) {
-    return (sum(m.hits[slot]) + 1.0) / (sum(m.trials[slot]) + 2.0);
+    return (sum(m.hits[slot]) + prior(slot).hits) / (sum(m.trials[slot]) + prior(slot).trials);
 }
 
 }  // namespace
@@ -148,7 +158,7 @@ double DraftController::acceptance(int slot, int position) const {
 double DraftController::bounded_acceptance(int slot, int position, double z) const {
     const size_t k = slot_index(slot);
     const double pooled = pooled_acceptance(mem_, k);
-    const double n = sum(mem_.trials[k]) + 2.0;
+    const double n = sum(mem_.trials[k]) + prior(k).trials;
     const double a = acceptance(slot, position);
     return std::clamp(a + z * std::sqrt(pooled * (1.0 - pooled) / n), 0.0, 1.0);
 }

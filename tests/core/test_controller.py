@@ -191,3 +191,24 @@ def test_changes_the_pass_shape_less_where_changing_it_costs() -> None:
         rates.append(tokens / seconds)
     assert changes < 450, changes
     assert np.mean(rates) > 177, rates
+
+
+FORCED = 8  # the slot of grammar-forced text (DraftKind::kForcedSlot)
+
+
+def test_grammar_forced_text_is_drafted_from_a_requests_first_step() -> None:
+    """The grammar allows forced text alone, so its prior acceptance is high: a fresh controller
+    with no credit yet drafts it at once (a tool call's syntax is a few steps long) where a
+    second row costs half a pass; a kind with the even prior does not."""
+    def verify(rows: int) -> float:
+        return 0.004 * (1 + 0.5 * (rows - 1))
+
+    controller = calibrated(15, verify)
+    controller.begin_request()
+    assert controller.choose(FORCED, 6) > 0
+    assert calibrated(15, verify).choose(1, 6) == 0  # a 1-token lookup must earn its probes
+    # Its own misses outweigh the prior within one request.
+    for _ in range(30):
+        k = controller.choose(FORCED, 6)
+        controller.observe(k, 0, 0.0, verify(k + 1), FORCED)
+    assert controller.choose(FORCED, 6) == 0
