@@ -21,9 +21,9 @@ import statistics
 import time
 from dataclasses import replace
 
-from localspec.runtime.engine import Engine
 from localspec.bench.prompts import load_prompts
 from localspec.models.registry import resolve_pair
+from localspec.runtime.engine import Engine
 from localspec.types import GenerationParams
 
 MAX_ROWS = 32

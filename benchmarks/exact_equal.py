@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from localspec.runtime.engine import Engine
 from localspec.bench.prompts import load_prompts
 from localspec.models.sources import embedded_model_path
+from localspec.runtime.engine import Engine
 from localspec.types import GenerationParams
 
 DRAFT_LENGTHS: tuple[int | str, ...] = ("auto", 3, 15)

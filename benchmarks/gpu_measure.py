@@ -47,9 +47,9 @@ def write_models(out: Path, width: int, layers: int) -> dict[str, Path]:
 
 
 def measure(path: Path, exact: bool) -> dict[str, Any]:
-    from localspec.runtime.engine import Engine
     from localspec.bench.invariance import differing_row_counts
     from localspec.bench.prompts import load_prompts
+    from localspec.runtime.engine import Engine
 
     with Engine.load(path, "none", n_ctx=2048, exact=exact) as engine:
         text = " ".join(p.text for p in load_prompts(limit_per_category=1)) * 4

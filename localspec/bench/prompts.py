@@ -57,12 +57,19 @@ BUILTIN_SETS: dict[str, str] = {"builtin": "prompts.jsonl", "adversarial": "adve
 @dataclass(frozen=True)
 class Prompt:
     """One benchmark prompt: a unique id, a category for per-category reports, the text, and
-    the JSON Schema its output must follow (None: unconstrained)."""
+    the JSON Schema its output must follow (None: unconstrained). ``tokens``: the prompt as
+    token ids when it was rendered through a chat template (``bench --chat``), else None."""
 
     id: str
     category: str
     text: str
     json_schema: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+    tokens: tuple[int, ...] | None = field(default=None, compare=False, hash=False)
+
+    @property
+    def source(self) -> str | list[int]:
+        """What the engine generates from: the token ids if rendered, else the text."""
+        return list(self.tokens) if self.tokens is not None else self.text
 
 
 def load_prompts(

@@ -96,18 +96,20 @@ def run_comparison(
     plain = replace(fixed, speculative=False)
     if prompts and warm:
         short = replace(fixed, max_tokens=min(8, fixed.max_tokens))
-        engine.generate(prompts[0].text, replace(short, speculative=False))
-        engine.generate(prompts[0].text, short)
+        engine.generate(prompts[0].source, replace(short, speculative=False))
+        engine.generate(prompts[0].source, short)
     runs: list[PromptRun] = []
     total, done = len(prompts) * repeat, 0
     for prompt in prompts:
-        run = PromptRun(prompt, prompt_tokens=engine.tokenize(prompt.text))
+        source = prompt.source
+        tokens = source if isinstance(source, list) else engine.tokenize(source)
+        run = PromptRun(prompt, prompt_tokens=tokens)
         for r in range(first_repeat, first_repeat + repeat):
             arms = [("plain", plain), ("speculative", fixed), ("plain_again", plain)]
             arms = arms[r % 3:] + arms[: r % 3]
             outputs = {}
             for name, arm_params in arms:
-                result = engine.generate(prompt.text, constrained(arm_params, prompt))
+                result = engine.generate(source, constrained(arm_params, prompt))
                 getattr(run, name).append(result.stats)
                 outputs[name] = result
                 if prompt.json_schema is not None and run.invalid is None:

@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from rich.console import Console
@@ -42,6 +42,7 @@ from localspec.bench.table import (
 )
 from localspec.commands.bench_modes import MODE_CHOICES, check_modes, run_both
 from localspec.commands.common import (
+    ModelChoice,
     add_draft_max_argument,
     add_model_arguments,
     choose_models,
@@ -55,6 +56,7 @@ from localspec.runtime.convert import longest_draft
 from localspec.runtime.engine import Engine
 from localspec.runtime.learned import restore_saved
 from localspec.runtime.loading import DEFAULT_N_CTX
+from localspec.text.chat_template import chat_format, chat_tokens
 from localspec.types import DraftMax, GenerationParams
 
 SYNTHETIC_DRAFT_MAX = 4
@@ -74,6 +76,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "'structured' (fields extracted into a JSON Schema, constrained in both "
                         "arms)")
     parser.add_argument("--categories", help="comma-separated categories to run (default: all)")
+    parser.add_argument("--chat", action="store_true",
+                        help="send each prompt as one user turn through the model's chat "
+                        "template, as an instruct model is used (default: the raw text)")
     parser.add_argument("--limit", type=int, default=None,
                         help="prompts per category (default: all; 2 with --synthetic)")
     parser.add_argument("--max-tokens", type=int, default=128,
@@ -172,6 +177,16 @@ class Measured:
     pass_costs: list[float] | None  # for the n-gram ceiling (n-gram drafts, greedy)
 
 
+def _chat_prompts(engine: Engine, choice: ModelChoice, prompts: list[Prompt]) -> list[Prompt]:
+    """Each prompt as one user turn through the chat template (the pair's, else the GGUF's)."""
+    form = chat_format(engine.info.chat_template, choice.chat_template, choice.stop)
+    def rendered(p: Prompt) -> tuple[int, ...]:
+        turn = [{"role": "user", "content": p.text}]
+        return tuple(chat_tokens(form.template, turn, engine.info, engine.tokenize))
+
+    return [replace(p, tokens=rendered(p)) for p in prompts]
+
+
 def _ceiling_k_max(drafter: DrafterSpec, params: GenerationParams) -> int | None:
     """The longest draft the n-gram ceiling replays, or None when it does not apply."""
     if drafter.kind != "ngram" or params.temperature != 0:
@@ -239,6 +254,9 @@ def run(args: argparse.Namespace) -> int:
     params = GenerationParams(max_tokens=args.max_tokens, temperature=args.temperature,
                               draft_max=draft_max, seed=0, **shaping_fields(args))
     params.validate()
+    if args.chat and (args.synthetic or args.clients or check_modes(args)):
+        raise InvalidParameterError("--chat applies to one engine's run: leave out --synthetic, "
+                                    "--clients and --modes.")
     if check_modes(args):
         return run_both(args, prompts, params)
     if args.clients:
@@ -262,11 +280,14 @@ def run(args: argparse.Namespace) -> int:
         with load_engine(args, choice) as engine:
             args.threads = engine.options.n_threads  # the baseline runs with the same count
             saved = restore_saved(engine) if args.saved_stats else None
+            if args.chat:
+                prompts = _chat_prompts(engine, choice, prompts)
             measured = _measure(engine, prompts, params, args, choice.drafter)
             heads = engine_header(engine, measured.runs)
         outcome = _outcome(args, choice.target, measured, params)
         outcome.coverage = head_coverage(choice.drafter, measured.runs)
-        header = {"target": choice.target, "drafter": str(choice.drafter),
+        header = {"target": choice.target, "drafter": str(choice.drafter), "chat": args.chat,
+                  "prompt_tokens": {r.prompt.id: len(r.prompt_tokens) for r in measured.runs},
                   "saved_stats_used": saved is not None,
                   "saved_stats_note": saved.note() if saved else None}
     header.update(heads)

@@ -327,3 +327,21 @@ def test_baseline_failure_is_one_sentence(tiny_model_path: Path, prompt_file: Pa
     assert proc.returncode == 0, proc.stderr
     assert "llama-cpp-python baseline skipped: llama-cpp-python is not importable" in (
         " ".join(proc.stdout.split()))
+
+
+def test_bench_chat_renders_each_prompt_as_a_user_turn(tiny_model_path: Path,
+                                                       prompt_file: Path) -> None:
+    """--chat: each prompt goes through the chat template (ChatML here), so it is the raw
+    prompt plus the template's markers; both arms see the same tokens."""
+    common = ("--target", str(tiny_model_path), "--draft", "ngram", "--prompts",
+              str(prompt_file), "--max-tokens", "4", "--repeat", "1", "--json")
+    raw = json.loads(bench(*common).stdout)
+    proc = bench(*common, "--chat")
+    assert proc.returncode == 0, proc.stderr
+    chat = json.loads(proc.stdout)
+    assert (raw["chat"], chat["chat"]) == (False, True)
+    for pid, n in raw["prompt_tokens"].items():
+        assert chat["prompt_tokens"][pid] > n + 4  # <|im_start|>user\n ... <|im_end|> ...
+    assert chat["overall"]["identical"] in ("yes", "tie")
+    proc = bench("--chat", "--synthetic", "--prompts", str(prompt_file))
+    assert proc.returncode == 2 and "--chat" in proc.stderr
