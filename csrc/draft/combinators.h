@@ -27,6 +27,9 @@ public:
     }
     Draft lookup_draft(const std::vector<Token>& history, int k) override { return current().lookup_draft(history, k); }
     bool has_model() const override { return slots_[0]->has_model(); }
+    double catch_up_seconds(const std::vector<Token>& history) const override {
+        return slots_[static_cast<size_t>(slot_)]->catch_up_seconds(history);
+    }
     DraftKind model_kind() const override { return slots_[0]->model_kind(); }
     Draft model_draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override {
         return current().model_draft(history, k, params, rng);
@@ -52,6 +55,9 @@ public:
     Draft draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override;
     Draft lookup_draft(const std::vector<Token>& history, int k) override { return ngram_.lookup_draft(history, k); }
     bool has_model() const override { return true; }
+    double catch_up_seconds(const std::vector<Token>& history) const override {
+        return model_->catch_up_seconds(history);
+    }
     Draft model_draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override {
         return model_->draft(history, k, params, rng);
     }

@@ -38,6 +38,10 @@ struct Draft {
     // known). Verification computes the target's logits of these tokens alone there. Valid
     // for any shorter draft too: a row's candidates depend only on the drafts before it.
     std::vector<std::vector<Token>> row_candidates;
+    // The part of the draft's seconds paid once before its first token (a draft model's
+    // catch-up over tokens it had not seen), as priced when its length was chosen: the
+    // controller learns the cost per token without it.
+    double setup_seconds = 0;
 };
 
 // What the generation about to draft brings of its own, beyond its history: valid until the
@@ -70,6 +74,9 @@ public:
     virtual Draft lookup_draft(const std::vector<Token>& /*history*/, int /*k*/) { return {}; }
     // Whether the drafter runs a model (a draft GGUF, a head, MTP layers) for model_draft.
     virtual bool has_model() const { return false; }
+    // Seconds model_draft would spend, before its first token's pass, bringing its cache up to
+    // `history` (the tokens emitted while it did not draft), as the drafter estimates them.
+    virtual double catch_up_seconds(const std::vector<Token>& /*history*/) const { return 0; }
     // The kind of draft model_draft returns (the controller's choice of its length comes first).
     virtual DraftKind model_kind() const { return DraftKind::model(); }
     // The model half of draft() (see lookup_draft); empty from a drafter that runs no model.
@@ -101,6 +108,9 @@ public:
     }
     Draft lookup_draft(const std::vector<Token>& history, int k) override { return next_->lookup_draft(history, k); }
     bool has_model() const override { return next_->has_model(); }
+    double catch_up_seconds(const std::vector<Token>& history) const override {
+        return next_->catch_up_seconds(history);
+    }
     DraftKind model_kind() const override { return next_->model_kind(); }
     Draft model_draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override {
         return next_->model_draft(history, k, params, rng);

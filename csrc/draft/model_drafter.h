@@ -25,6 +25,8 @@ public:
     Draft model_draft(const std::vector<Token>& history, int k, const SamplingParams& params, Rng& rng) override {
         return draft(history, k, params, rng);
     }
+    // The rows the cache lacks beyond the first pass's one or two, at the learned seconds a row.
+    double catch_up_seconds(const std::vector<Token>& history) const override;
     void select(int slot) override { slot_ = slot; }
     void rollback(const std::vector<Token>& history) override;
     void prefill(const std::vector<Token>& history) override;
@@ -37,6 +39,10 @@ private:
     int max_token_;  // drafts must be valid target ids: stop before a larger id
     bool sample_;
     float p_min_;  // confidence cutoff: stop drafting below this top probability
+    // Seconds a row of a long catch-up (a batch of kLearnRows rows or more: the prompt, the
+    // tokens emitted while another kind drafted) costs: smoothed over those passes.
+    double row_seconds_ = 0;
+    size_t sync(const std::vector<Token>& tokens, int n_logits);  // ctx_.sync, learning row_seconds_
 };
 
 }  // namespace localspec

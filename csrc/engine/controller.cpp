@@ -213,7 +213,7 @@ double DraftController::expected_rate(int k, int slot, Estimate estimate) const 
         reach *= a;
         tokens += reach;
     }
-    const double seconds = k * draft_seconds_per_token(slot) + next_pass_seconds(k + 1);
+    const double seconds = (k > 0 ? setup_ : 0.0) + k * draft_seconds_per_token(slot) + next_pass_seconds(k + 1);
     return seconds > 0 ? tokens / seconds : 0.0;
 }
 
@@ -224,7 +224,7 @@ double DraftController::worst_loss(int k, int slot) const {
     const size_t rows = static_cast<size_t>(k) + 1;
     const bool measured = rows < mem_.verify.size() && mem_.verify[rows] > 0;
     const double pass = measured ? mem_.verify[rows] : (k + 1) * verify_seconds(1);
-    return k * draft_seconds_per_token(slot) + pass - verify_seconds(1);
+    return setup_ + k * draft_seconds_per_token(slot) + pass - verify_seconds(1);
 }
 
 bool DraftController::worth_probing(int slot) const {
@@ -277,7 +277,12 @@ int DraftController::choose_noisy(int slot, int limit) {
         }
         return best;
     };
-    if (pessimistic_acceptance(slot, 0) >= kNoisyAcceptance) return best_length(Estimate::Mean);
+    if (pessimistic_acceptance(slot, 0) >= kNoisyAcceptance) {
+        // A one-time setup (a draft model's catch-up) is a known cost, not timing noise: a
+        // draft that cannot win it back even at the mean acceptance waits.
+        const int k = best_length(Estimate::Mean);
+        return setup_ > 0 && expected_rate(k, slot) <= expected_rate(0, slot) ? 0 : k;
+    }
     // The probe's price in time is not checked: the credit is made of the same noisy timings
     // (a few preempted passes sink it for dozens of steps). Its count bounds it, and only a
     // kind that could reach kNoisyAcceptance is probed.
@@ -288,7 +293,14 @@ int DraftController::choose_noisy(int slot, int limit) {
     return k;
 }
 
-int DraftController::choose(int slot, int limit) {
+int DraftController::choose(int slot, int limit, double setup_seconds) {
+    setup_ = std::max(0.0, setup_seconds);
+    const int k = choose_length(slot, limit);
+    setup_ = 0;
+    return k;
+}
+
+int DraftController::choose_length(int slot, int limit) {
     exploring_ = false;
     limit = std::clamp(limit, 0, k_max_);
     if (limit == 0) return 0;
@@ -346,7 +358,7 @@ int DraftController::explore(int slot, int limit) const {
 }
 
 void DraftController::observe(int k, int n_accepted, double draft_seconds, double verify_seconds_, int slot,
-                              DraftLead lead) {
+                              DraftLead lead, double setup_seconds) {
     const size_t rows = static_cast<size_t>(k) + 1;
     if (rows < mem_.verify.size()) {
         // How far the sample is from what was expected, once this row count's estimate has
@@ -373,18 +385,19 @@ void DraftController::observe(int k, int n_accepted, double draft_seconds, doubl
         credit_ = std::min(credit_ + budget, kCreditCap * plain);
         return;
     }
+    const double per_token = std::max(0.0, draft_seconds - setup_seconds) / k;
     const int n_lead = std::min(lead.n, k);
     if (n_lead > 0) {
         observe_acceptance(n_lead, std::min(n_accepted, n_lead), lead.slot);
         resolve_recheck(lead.slot, n_accepted > 0);
         const size_t j = slot_index(lead.slot);
-        mem_.draft_cost[j] = ema(mem_.draft_cost[j], draft_seconds / k);
+        mem_.draft_cost[j] = ema(mem_.draft_cost[j], per_token);
     }
     if (k > n_lead && n_accepted >= n_lead) {
         observe_acceptance(k - n_lead, n_accepted - n_lead, slot);
         resolve_recheck(slot, n_accepted > n_lead);
         const size_t i = slot_index(slot);
-        mem_.draft_cost[i] = ema(mem_.draft_cost[i], draft_seconds / k);
+        mem_.draft_cost[i] = ema(mem_.draft_cost[i], per_token);
     }
     // What this step won or lost against plain decoding of the same tokens.
     const double won = (n_accepted + 1) * plain - (draft_seconds + verify_seconds_);

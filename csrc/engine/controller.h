@@ -6,8 +6,10 @@
 // With conditional acceptance a_i at draft position i (the chance that d_i is accepted given
 // that d_1 .. d_{i-1} were), a step that drafts k tokens emits on average
 //     E(k) = 1 + sum_{j=1..k} prod_{i=1..j} a_i      tokens (accepted prefix + correction/bonus)
-// and costs T(k) = k * c + V(k + 1) seconds (c: draft seconds per token, V(j): seconds for a
-// target pass over j rows, priced by whether it keeps the last pass's shape: next_pass_seconds).
+// and costs T(k) = s + k * c + V(k + 1) seconds (c: draft seconds per token, V(j): seconds for a
+// target pass over j rows, priced by whether it keeps the last pass's shape: next_pass_seconds;
+// s: what drafting must pay once before its first token, a draft model's catch-up over the
+// tokens it has not seen, 0 for other kinds and for plain decoding).
 // Plain decoding is E(0) / V(1) = 1 / V(1).
 //
 // The worst case is bounded by design. Drafting must earn its place:
@@ -93,14 +95,17 @@ public:
     // down to a few observations' worth, so that the request's own evidence soon dominates.
     void begin_request();
     // Draft length for the next step, for a draft of this kind, at most `limit` (the drafter's
-    // proposal length when it drafts first).
-    int choose(int slot = 0, int limit = 1 << 30);
+    // proposal length when it drafts first), where drafting first pays `setup_seconds` once
+    // (Drafter::catch_up_seconds).
+    int choose(int slot = 0, int limit = 1 << 30, double setup_seconds = 0);
     // What the step did: drafted k tokens (k may be below the choice when the drafter had
     // fewer to offer), accepted n of them, and how long drafting and verification took.
     // A lead's acceptance counts for its slot, from position 0, and the rest's for `slot`, from
-    // position 0 too, when the whole lead was accepted; the draft seconds are shared per token.
+    // position 0 too, when the whole lead was accepted; the draft seconds are shared per token,
+    // less `setup_seconds` (the one-time part that choose() priced: it counts in the credit,
+    // not in the cost per token).
     void observe(int k, int n_accepted, double draft_seconds, double verify_seconds, int slot = 0,
-                 DraftLead lead = {});
+                 DraftLead lead = {}, double setup_seconds = 0);
     // Acceptance evidence without a pass: a proposal of k tokens that was not verified, of which
     // the first n turned out to be what the target produced (a deterministic draft, checked
     // against the tokens emitted after it). Updates acceptance only, not costs or credit.
@@ -137,6 +142,7 @@ private:
     double fast_ratio(int slot) const;
     int explore(int slot, int limit) const;
     bool may_probe() const;
+    int choose_length(int slot, int limit);  // choose() once setup_ is set
     int choose_noisy(int slot, int limit);
     int recheck(int slot);
     void resolve_recheck(int slot, bool accepted);
@@ -159,6 +165,7 @@ private:
     int last_rows_ = 0;
     std::vector<int> samples_;  // [rows]: passes observed in this process (timing_noise)
     bool noisy_ = false;  // timing_noise rose past kNoisyTimings and has not fallen to kQuietTimings
+    double setup_ = 0;  // the one-time seconds of the choice being made (choose's setup_seconds)
 };
 
 }  // namespace localspec

@@ -154,8 +154,14 @@ Draft SpecEngine::draft_tokens(Sequence& s, int k_cap) {
         return draft;
     }
     if (!drafter_->has_model()) return draft;
-    const int k = controller_.choose(drafter_->model_kind().slot(), k_cap);
-    return k > 0 ? drafter_->model_draft(s.history, k, s.request.sampling, s.rng) : Draft{};
+    // A model that did not draft for a while first catches up over what was emitted meanwhile:
+    // a one-time cost the controller weighs against this draft alone.
+    const double setup = drafter_->catch_up_seconds(s.history);
+    const int k = controller_.choose(drafter_->model_kind().slot(), k_cap, setup);
+    if (k == 0) return {};
+    draft = drafter_->model_draft(s.history, k, s.request.sampling, s.rng);
+    draft.setup_seconds = setup;
+    return draft;
 }
 
 // How much of a free proposal to verify. A grammar-forced lead is a kind of its own: the
@@ -307,7 +313,8 @@ void SpecEngine::emit(Sequence& s, bool shared_pass) {
     controller_.swap_request(s.credit);
     const double verify_seconds = shared_pass ? controller_.verify_seconds(drafted + 1) : step.verify_seconds;
     controller_.observe(drafted, step.acceptance.n_accepted, step.draft_seconds, verify_seconds,
-                        step.draft.kind.slot(), {step.draft.forced, DraftKind::forced().slot()});
+                        step.draft.kind.slot(), {step.draft.forced, DraftKind::forced().slot()},
+                        step.draft.setup_seconds);
     resolve_unverified(s);
     controller_.swap_request(s.credit);
 

@@ -120,15 +120,17 @@ void localspec::register_testing(py::module_& m) {
     py::class_<DraftController>(testing, "DraftController")
         .def(py::init<int>())
         .def("begin_request", &DraftController::begin_request)
-        .def("choose", &DraftController::choose, py::arg("slot") = 0, py::arg("limit") = 1 << 30)
+        .def("choose", &DraftController::choose, py::arg("slot") = 0, py::arg("limit") = 1 << 30,
+             py::arg("setup_seconds") = 0.0)
         .def(
             "observe",
             [](DraftController& c, int k, int n_accepted, double draft_seconds, double verify_seconds, int slot,
-               int lead, int lead_slot) {
-                c.observe(k, n_accepted, draft_seconds, verify_seconds, slot, DraftLead{lead, lead_slot});
+               int lead, int lead_slot, double setup_seconds) {
+                c.observe(k, n_accepted, draft_seconds, verify_seconds, slot, DraftLead{lead, lead_slot},
+                          setup_seconds);
             },
             py::arg("k"), py::arg("n_accepted"), py::arg("draft_seconds"), py::arg("verify_seconds"),
-            py::arg("slot") = 0, py::arg("lead") = 0, py::arg("lead_slot") = 0)
+            py::arg("slot") = 0, py::arg("lead") = 0, py::arg("lead_slot") = 0, py::arg("setup_seconds") = 0.0)
         .def("seed_verify_seconds", &DraftController::seed_verify_seconds, py::arg("rows"), py::arg("seconds"))
         .def("observe_acceptance", &DraftController::observe_acceptance, py::arg("k"), py::arg("n_accepted"),
              py::arg("slot") = 0)

@@ -212,3 +212,24 @@ def test_grammar_forced_text_is_drafted_from_a_requests_first_step() -> None:
         k = controller.choose(FORCED, 6)
         controller.observe(k, 0, 0.0, verify(k + 1), FORCED)
     assert controller.choose(FORCED, 6) == 0
+
+
+def test_a_draft_models_catch_up_is_priced_once_and_kept_out_of_its_cost_per_token() -> None:
+    """A draft model that did not draft for a while first catches up over what was emitted
+    meanwhile (issue 51: on the real pair a probe after n-gram steps paid ~100 rows, which as
+    cost per token turned the model off for good). The choice weighs that one-time setup
+    against the draft it buys, and the cost per token is learned without it."""
+    def verify(rows: int) -> float:  # the real pair on 2 cores: V(1) 49 ms, a row ~8 ms more
+        return 0.049 + 0.008 * (rows - 1)
+
+    per_token = 0.020  # D(1) of the 0.5B
+    controller = calibrated(8, verify)
+    simulate(controller, 0.85, per_token, verify, 200)  # the model drafting at 85% acceptance
+    assert controller.choose(0, 8) > 0
+    assert controller.draft_seconds_per_token(0) == pytest.approx(per_token, rel=0.01)
+    assert controller.choose(0, 8, setup_seconds=0.005) > 0  # a few rows behind: still pays
+    assert controller.choose(0, 8, setup_seconds=0.5) == 0  # ~100 rows behind: it cannot
+    # A step that paid a setup: the seconds per token stay the model's own.
+    k = controller.choose(0, 8, setup_seconds=0.005)
+    controller.observe(k, k, 0.3 + k * per_token, verify(k + 1), 0, setup_seconds=0.3)
+    assert controller.draft_seconds_per_token(0) == pytest.approx(per_token, rel=0.01)
