@@ -24,6 +24,7 @@ class EngineOptions:
     ngram_max: int
     recent_ngram_tokens: int
     draft_p_min: float
+    draft_vocab: int
     controller_k_max: int
     fast_head: bool
     fast_body: bool

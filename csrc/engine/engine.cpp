@@ -109,6 +109,7 @@ std::unique_ptr<Drafter> configured_drafter(const EngineOptions& options, const 
     } else {
         ContextOptions draft_ctx = context_options(options, options.fast_head);
         draft_ctx.n_seq = options.n_seq;  // a cache per generation slot (Drafter::select)
+        draft_ctx.head_rows = options.draft_vocab;
         model = std::make_unique<ModelDrafter>(draft, draft_ctx, target.vocab().n_tokens, options.draft_sampling,
                                                options.draft_p_min);
     }

@@ -51,6 +51,9 @@ struct EngineOptions {
     // (draft/recent_outputs.h); 0: off.
     int recent_ngram_tokens = 0;
     float draft_p_min = 0.4f;  // model drafter stops when its top probability falls below this
+    // A draft model drafts among token ids below this alone (its head computes those rows:
+    // ContextOptions::head_rows); 0: its whole vocabulary.
+    int draft_vocab = 0;
     int controller_k_max = kAutoDraftMax;  // the longest draft the adaptive controller may choose
     // Logits from localspec's own output head (Q8_0 or Q6_K: q8_head.h, q6k_head.h) when possible
     // (target and draft).

@@ -1,5 +1,8 @@
 #include "kernels/head_hook.h"
 
+#include <algorithm>
+#include <limits>
+
 #include <ggml-backend.h>
 #include <ggml.h>
 
@@ -66,10 +69,13 @@ bool HeadHook::after_decode(int n_rows, int n_vocab, int n_threads, const std::v
         const int64_t rows = weights_->ne[1];
         const int n_embd = static_cast<int>(weights_->ne[0]);
         if (rows == n_vocab && batched_head_fits(weights_)) {
+            // Row r's weights start r rows into the tensor: the first `used` rows are a head
+            // of their own. Whole groups of 8 rows (the kernels' unit).
+            const int64_t used = row_limit_ > 0 && row_limit_ < rows ? (row_limit_ + 7) / 8 * 8 : rows;
             if (weights_->type == GGML_TYPE_Q8_0) {
-                head_ = std::make_unique<Q8Head>(static_cast<const Q8Block*>(weights_->data), rows, n_embd);
+                head_ = std::make_unique<Q8Head>(static_cast<const Q8Block*>(weights_->data), used, n_embd);
             } else {
-                head_ = std::make_unique<Q6KHead>(static_cast<const Q6KBlock*>(weights_->data), rows, n_embd);
+                head_ = std::make_unique<Q6KHead>(static_cast<const Q6KBlock*>(weights_->data), used, n_embd);
             }
         } else if (rows == n_vocab && exact_) {
             head_ = std::make_unique<ExactHead>(weights_);
@@ -88,14 +94,29 @@ bool HeadHook::after_decode(int n_rows, int n_vocab, int n_threads, const std::v
 
 void HeadHook::compute_rows(int n_rows, int n_vocab, int n_threads, const std::vector<std::vector<int32_t>>& only) {
     const auto chosen = [&](int r) {
-        return head_->computes_ids() && static_cast<size_t>(r) < only.size() && !only[static_cast<size_t>(r)].empty();
+        return head_->computes_ids() && head_->n_vocab() == n_vocab && static_cast<size_t>(r) < only.size() &&
+               !only[static_cast<size_t>(r)].empty();
     };
     slot_.resize(static_cast<size_t>(n_rows));
     n_chosen_ = 0;
     for (int r = 0; r < n_rows; ++r) n_chosen_ += chosen(r) ? 1 : 0;
     if (n_chosen_ == 0) {  // every row whole, in place: slot r is row r
         for (int r = 0; r < n_rows; ++r) slot_[static_cast<size_t>(r)] = r;
-        head_->compute(hidden_.data(), n_rows, logits_.data(), n_threads);
+        const int64_t used = head_->n_vocab();
+        if (used == n_vocab) {
+            head_->compute(hidden_.data(), n_rows, logits_.data(), n_threads);
+            return;
+        }
+        // A reduced vocabulary: rows of `used` logits, spread to n_vocab with -inf after them.
+        std::vector<float>& reduced = whole_;
+        reduced.resize(static_cast<size_t>(n_rows) * static_cast<size_t>(used));
+        head_->compute(hidden_.data(), n_rows, reduced.data(), n_threads);
+        for (int r = n_rows - 1; r >= 0; --r) {
+            float* row = logits_.data() + static_cast<size_t>(r) * static_cast<size_t>(n_vocab);
+            const float* from = reduced.data() + static_cast<size_t>(r) * static_cast<size_t>(used);
+            std::copy(from, from + used, row);
+            std::fill(row + used, row + n_vocab, -std::numeric_limits<float>::infinity());
+        }
         return;
     }
     const size_t n_embd = static_cast<size_t>(head_->n_embd());

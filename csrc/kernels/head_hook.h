@@ -25,6 +25,11 @@ public:
     // Exact mode: a batched head (Q8_0, Q6_K on AVX2 CPUs) or ExactHead (exact_head.h) for any
     // other weight type ggml can multiply.
     void set_exact(bool exact) { exact_ = exact; }
+    // A reduced vocabulary (a draft model's head, FR-Spec): logits are computed for token ids
+    // below `rows` alone and the rest are -infinity, so nothing above it is ever drafted; the
+    // target's correction still reaches every token. 0: the whole vocabulary. A batched head
+    // (Q8_0, Q6_K) only; before the first decode.
+    void set_row_limit(int64_t rows) { row_limit_ = rows; }
     bool ready() const { return head_ != nullptr; }
     const char* name() const { return head_ ? head_->name() : "llama.cpp"; }
     // Before a decode: stop its graph after the final norm (only once ready()).
@@ -43,6 +48,7 @@ private:
     void inspect(const ggml_tensor* out);
 
     bool exact_ = false;
+    int64_t row_limit_ = 0;
     bool armed_ = false;  // for the coming decode: stop after result_norm
     bool captured_ = false;  // the last decode stopped there; hidden_ holds its rows
     bool inspected_ = false;

@@ -173,6 +173,7 @@ Context::Context(const Model& model, const ContextOptions& options) : impl_(std:
     impl_->fast_head = options.exact || (options.fast_head && !head_kernel_names().empty());
     impl_->hooks.fast_head = impl_->fast_head;
     impl_->hook.set_exact(options.exact);
+    impl_->hook.set_row_limit(options.head_rows);
     impl_->exact = options.exact;
     impl_->pad_rows = options.exact && has_sgemm_matrices(model);
     const bool hidden_states = !options.tap_layers.empty() || options.nextn_features;

@@ -95,6 +95,9 @@ struct ContextOptions {
     // Compute every decode's logits with localspec's own head (q8_head.h, q6k_head.h) when the
     // output head is Q8_0 or Q6_K in CPU memory and the CPU can run it; llama.cpp's otherwise.
     bool fast_head = false;
+    // With fast_head: logits for token ids below this alone, the rest -infinity (a draft model's
+    // reduced vocabulary: HeadHook::set_row_limit). 0: the whole vocabulary.
+    int head_rows = 0;
     // Layers whose input hidden states each decode records (a hidden-state drafter reads them:
     // Context::features). Empty: none.
     std::vector<int> tap_layers;

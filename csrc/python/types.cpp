@@ -47,6 +47,7 @@ void localspec::register_types(py::module_& m) {
         .def_readwrite("ngram_max", &EngineOptions::ngram_max)
         .def_readwrite("recent_ngram_tokens", &EngineOptions::recent_ngram_tokens)
         .def_readwrite("draft_p_min", &EngineOptions::draft_p_min)
+        .def_readwrite("draft_vocab", &EngineOptions::draft_vocab)
         .def_readwrite("controller_k_max", &EngineOptions::controller_k_max)
         .def_readwrite("fast_head", &EngineOptions::fast_head)
         .def_readwrite("fast_body", &EngineOptions::fast_body)

@@ -63,6 +63,10 @@ class LoadOptions:
     n_gpu_layers_draft: int | None = None  # None: same as n_gpu_layers
     draft_sampling: bool = True  # a draft model samples from q at temperature > 0
     draft_p_min: float = 0.4  # a draft model stops drafting below this top probability
+    # A draft model drafts among the first draft_vocab token ids alone (BPE ids come in merge
+    # order, the most frequent first; FR-Spec): its head computes that many rows. 0: all.
+    # Needs localspec's head for the draft model (fast_head, a Q8_0 or Q6_K head).
+    draft_vocab: int = 0
     # Logits from localspec's own Q8_0 or Q6_K head on the CPU (csrc/kernels/q8_head.h, q6k_head.h)
     # when the model's head allows it; False: always llama.cpp's.
     fast_head: bool = True
@@ -131,6 +135,9 @@ _LOAD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "n_ctx": (lambda v: isinstance(v, int) and N_CTX_RANGE[0] <= v <= N_CTX_RANGE[1],
               "use 16 to 4194304 tokens"),
     "draft_p_min": (lambda v: isinstance(v, (int, float)) and 0.0 <= v < 1.0, "use [0, 1)"),
+    "draft_vocab": (lambda v: isinstance(v, int) and not isinstance(v, bool)
+                    and (v == 0 or 256 <= v <= 1 << 24),
+                    "use 0 (the whole vocabulary) or 256 to 16777216 token ids"),
     "n_threads": (lambda v: v is None or (isinstance(v, int) and v >= 1), "use 1 or more"),
     "recent_ngram_tokens": (lambda v: isinstance(v, int) and not isinstance(v, bool)
                             and 0 <= v <= MAX_RECENT_NGRAM_TOKENS,
@@ -292,6 +299,7 @@ def engine_options(options: LoadOptions) -> _core.EngineOptions:
     )
     core_options.draft_sampling = options.draft_sampling
     core_options.draft_p_min = options.draft_p_min
+    core_options.draft_vocab = options.draft_vocab
     core_options.fast_head = options.fast_head
     core_options.fast_body = options.fast_body
     core_options.kv_type = options.kv_type

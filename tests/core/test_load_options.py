@@ -10,6 +10,7 @@ import pytest
 
 from localspec import _core
 from localspec.drafter_spec import NGRAM
+from localspec.errors import InvalidParameterError
 from localspec.runtime import loading
 from localspec.runtime.loading import CORE_OWNED_OPTIONS, LoadOptions
 
@@ -44,8 +45,15 @@ def test_load_options_set_every_field_the_core_does_not_own(
 
 def test_the_values_are_load_options(monkeypatch: pytest.MonkeyPatch) -> None:
     options = LoadOptions(target="t.gguf", draft=NGRAM, draft_p_min=0.25, parallel=3,
-                          n_gpu_layers=7)
+                          n_gpu_layers=7, draft_vocab=32768)
     core_options = loading.engine_options(options)
     assert (core_options.draft_p_min, core_options.n_seq) == (0.25, 3)
+    assert core_options.draft_vocab == 32768
     assert core_options.n_gpu_layers_draft == 7  # None: the target's
     assert (core_options.drafter_kind, core_options.drafter_path) == ("ngram", "")
+
+
+@pytest.mark.parametrize("value", [-1, 1, 255, True, 1.5, 1 << 25])
+def test_a_draft_vocabulary_out_of_range_is_one_sentence(value: object) -> None:
+    with pytest.raises(InvalidParameterError, match="draft_vocab"):
+        LoadOptions(target="t.gguf", draft=NGRAM, draft_vocab=value).validate()  # type: ignore[arg-type]  # noqa: E501

@@ -125,3 +125,26 @@ def test_a_draft_model_with_a_supported_head_uses_localspec_s_head(head: tuple[s
         assert engine.info.draft_head == "llama.cpp"
     with Engine.load(model, draft="ngram", n_ctx=512, n_gpu_layers=0) as engine:
         assert engine.info.draft_head == ""
+
+
+def test_a_reduced_draft_vocabulary_drafts_below_it_alone_and_stays_lossless(
+        head: tuple[str, Path]) -> None:
+    """draft_vocab (FR-Spec): the draft model's head computes the first N token ids alone, so it
+    never drafts a token above them; the target's correction still emits any token, and greedy
+    output stays the plain output. The draft is the target itself: with its whole vocabulary
+    hardly a draft is rejected (a near-tie of two heads' sums at most), with 256 of its 380 ids
+    the drafts miss where the target's token is above them (no confidence cutoff: every draft
+    runs its full length)."""
+    _, model = head
+    greedy = GenerationParams(max_tokens=48, temperature=0.0, ignore_eos=True, reuse_cache=False,
+                              draft_max=3)
+    plain = llama_cpp_plain(model, greedy)
+    assert any(t >= 256 for t in plain.tokens)
+    with Engine.load(model, draft=model, n_ctx=512, n_gpu_layers=0, draft_vocab=256,
+                     draft_p_min=0.0) as engine:
+        spec = engine.generate(PROMPT, greedy)
+    assert spec.tokens == plain.tokens
+    assert spec.stats.accepted > 0 and spec.stats.rejected >= 10
+    with Engine.load(model, draft=model, n_ctx=512, n_gpu_layers=0, draft_p_min=0.0) as engine:
+        whole = engine.generate(PROMPT, greedy)
+    assert whole.tokens == plain.tokens and whole.stats.rejected <= 2
