@@ -6,6 +6,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -129,3 +130,18 @@ def prompt_file(tmp_path: Path) -> Path:
     path = tmp_path / "prompts.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     return path
+
+
+@pytest.fixture(scope="session")
+def real_pair(private_cache: Path) -> Any:
+    """The real instruct pair `qwen2.5-coder-1.5b` (Qwen2.5-Coder 1.5B drafted by 0.5B), as a
+    ResolvedPair: assembled once per session into the suite's private cache from the packages of
+    the `coder` extra (no download), or linked from the user's cache. Skips the test when
+    neither has it."""
+    from localspec.models.registry import load_registry
+
+    registry = load_registry()
+    names = ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct")
+    if not all(registry.is_local(name) for name in names):
+        pytest.skip("the real pair needs the coder extra: pip install -e '.[coder]'")
+    return registry.resolve_pair("qwen2.5-coder-1.5b", download=False)

@@ -1,31 +1,28 @@
-"""/infill on the real Qwen2.5-Coder 1.5B (skipped when its GGUF is not in localspec's cache:
-LOCALSPEC_CACHE_DIR, or `localspec pull qwen2.5-coder-1.5b`)."""
+"""/infill on the real Qwen2.5-Coder 1.5B (tests/conftest.py, real_pair: skipped without the
+coder extra)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
 
-from localspec.models.sources import cache_dir
 from localspec.runtime.engine import Engine
 from localspec.server import create_app
 from localspec.server.background import BackgroundServer
 from localspec.server.prepare import Preparer
 from localspec.server.schemas import InfillRequest
 
-CODER = cache_dir() / "models" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 # Qwen2.5-Coder's vocabulary: <|fim_prefix|>, <|fim_middle|>, <|fim_suffix|>, <|repo_name|>,
 # <|file_sep|> (its tokenizer_config.json)
 FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX, REPO_NAME, FILE_SEP = 151659, 151660, 151661, 151663, 151664
 
-pytestmark = pytest.mark.skipif(not CODER.is_file(), reason=f"{CODER} is not there")
-
 
 @pytest.fixture(scope="module")
-def served() -> Iterator[tuple[BackgroundServer, Preparer]]:
-    engine = Engine.load(CODER, draft="ngram", n_ctx=1024, n_threads=2)
+def served(real_pair: Any) -> Iterator[tuple[BackgroundServer, Preparer]]:
+    engine = Engine.load(real_pair.target, draft="ngram", n_ctx=1024, n_threads=2)
     app = create_app(engine)
     with BackgroundServer(app) as running:
         yield running, app.state.localspec.preparer

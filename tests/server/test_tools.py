@@ -280,23 +280,10 @@ def test_an_unsupported_family_is_named(engine: Engine) -> None:
     assert "GPT-OSS harmony" in answer.json()["error"]["message"]
 
 
-def real_pair_present() -> bool:
-    from localspec.models.registry import load_registry
-
-    registry = load_registry()
-    return all(registry.is_local(name) for name in ("qwen2.5-coder-1.5b-instruct",
-                                                    "qwen2.5-coder-0.5b-instruct"))
-
-
-@pytest.mark.skipif(not real_pair_present(), reason="the real Qwen2.5-Coder pair is absent "
-                    "(localspec pull qwen2.5-coder-1.5b)")
-def test_the_real_pair_calls_a_tool_that_validates() -> None:
-    """Qwen2.5-Coder 1.5B drafted by 0.5B, its own template: a required call parses and
-    follows the schema, and its syntax was drafted as forced text."""
-    from localspec.models.registry import resolve_pair
-
-    pair = resolve_pair("qwen2.5-coder-1.5b", download=False)
-    real = Engine.load(pair.target, pair.drafter, n_ctx=2048)
+def test_the_real_pair_calls_a_tool_that_validates(real_pair: Any) -> None:
+    """Qwen2.5-Coder 1.5B drafted by 0.5B, its own template (tests/conftest.py, real_pair): a
+    required call parses and follows the schema, and its syntax was drafted as forced text."""
+    real = Engine.load(real_pair.target, real_pair.drafter, n_ctx=2048)
     try:
         with BackgroundServer(create_app(real, ServerOptions())) as running:
             client = openai.OpenAI(base_url=f"{running.base_url}/v1", api_key="none",
