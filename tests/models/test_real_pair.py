@@ -1,7 +1,9 @@
 """The real instruct pair (issue 51): Qwen2.5-Coder 1.5B Instruct drafted by 0.5B Instruct,
 assembled from the coder extra's packages (tests/conftest.py, real_pair). Greedy speculative
 output is the target's plain output with each drafter a user can pick for it, on chat prompts
-through the model's own template; `localspec check` measures the pair."""
+through the model's own template: identical, or parted at a numerical near-tie that replaying
+the same passes reproduces (default mode: a pass of more rows may sum in another order,
+docs/exact.md); `localspec check` measures the pair."""
 
 from __future__ import annotations
 
@@ -12,10 +14,11 @@ from typing import Any
 
 import pytest
 
+from localspec.bench.lossless import compare_greedy
 from localspec.drafter_spec import DrafterSpec
 from localspec.runtime.engine import Engine
 from localspec.text.chat_template import chat_format, chat_tokens
-from localspec.types import GenerationParams
+from localspec.types import GenerationParams, GenerationResult
 from tests.fixtures.helpers import run_localspec
 
 QUESTIONS = (
@@ -31,6 +34,12 @@ GREEDY = GenerationParams(max_tokens=40, temperature=0.0, ignore_eos=True, reuse
 def engine(real_pair: Any) -> Iterator[Engine]:
     with Engine.load(real_pair.target, real_pair.drafter, n_ctx=1024) as loaded:
         yield loaded
+
+
+def assert_lossless(engine: Engine, prompt: list[int], plain: list[int],
+                    result: GenerationResult, what: str) -> None:
+    divergence = compare_greedy(engine, prompt, plain, result, params=GREEDY)
+    assert divergence is None or divergence.verdict == "tie", (what, divergence)
 
 
 def chat(engine: Engine, question: str) -> list[int]:
@@ -56,10 +65,11 @@ def test_hybrid_output_is_the_plain_output(engine: Engine, plain: list[list[int]
                                            draft_max: int | str) -> None:
     drafted = 0
     for question, expected in zip(QUESTIONS, plain, strict=True):
-        result = engine.generate(chat(engine, question), replace(GREEDY, draft_max=draft_max))
-        assert list(result.tokens) == expected, question
+        prompt = chat(engine, question)
+        result = engine.generate(prompt, replace(GREEDY, draft_max=draft_max))
+        assert_lossless(engine, prompt, expected, result, question)
         drafted += result.stats.drafted
-    assert drafted > 0
+    assert drafted > 0 or draft_max == "auto"  # auto may rightly draft nothing in 40 tokens
 
 
 def test_the_draft_model_alone_and_auto_give_the_plain_output(real_pair: Any,
@@ -68,8 +78,9 @@ def test_the_draft_model_alone_and_auto_give_the_plain_output(real_pair: Any,
     for spec in (DrafterSpec("model", real_pair.drafter.path), DrafterSpec("auto")):
         with Engine.load(real_pair.target, spec, n_ctx=1024) as engine:
             for question, expected in zip(QUESTIONS, plain, strict=True):
-                result = engine.generate(chat(engine, question), replace(GREEDY, draft_max=2))
-                assert list(result.tokens) == expected, (str(spec), question)
+                prompt = chat(engine, question)
+                result = engine.generate(prompt, replace(GREEDY, draft_max=2))
+                assert_lossless(engine, prompt, expected, result, f"{spec}: {question}")
                 if spec.kind == "model":
                     assert result.stats.drafted_by_kind.get("model", 0) > 0
 
