@@ -70,8 +70,8 @@ bool HeadHook::after_decode(int n_rows, int n_vocab, int n_threads, const std::v
         const int n_embd = static_cast<int>(weights_->ne[0]);
         if (rows == n_vocab && batched_head_fits(weights_)) {
             // Row r's weights start r rows into the tensor: the first `used` rows are a head
-            // of their own. Whole groups of 8 rows (the kernels' unit).
-            const int64_t used = row_limit_ > 0 && row_limit_ < rows ? (row_limit_ + 7) / 8 * 8 : rows;
+            // of their own. Whole groups of 8 rows (the kernels' unit), never past the tensor.
+            const int64_t used = row_limit_ > 0 && row_limit_ < rows ? std::min(rows, (row_limit_ + 7) / 8 * 8) : rows;
             if (weights_->type == GGML_TYPE_Q8_0) {
                 head_ = std::make_unique<Q8Head>(static_cast<const Q8Block*>(weights_->data), used, n_embd);
             } else {
