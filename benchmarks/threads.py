@@ -7,7 +7,8 @@ each a fresh process; tokens/s, medians of --rounds. Goal: the default within 10
 fixed count, quiet and busy.
 
 Table 2: in one engine per setup, plain decoding and "auto" in turns on the same prompt
-(tokens/s: medians of --rounds; the ratio: the median of each round's auto / plain): the
+(tokens/s: medians of --rounds; the ratio: the median of each round's auto / plain, next to
+plain again / plain, the A/A that says how much this machine's noise is): the
 embedded Gemma with a random EAGLE-3 head (a useless drafter) and the real pair (the
 Qwen2.5-Coder 1.5B drafted by its 0.5B; skipped where it does not resolve). Goal: auto >= 0.97x
 plain, quiet and busy; the tokens the drafter drafted are shown.
@@ -107,35 +108,36 @@ def random_head(target: Path, folder: Path) -> Path:
 
 
 def auto_table(setups: list[tuple[str, Path, str]], rounds: int, max_tokens: int) -> list[str]:
+    """Per round, one prompt: plain, auto and plain again (A/A), in rotated order."""
     lines = []
     for name, target, drafter in setups:
         with Engine.load(target, draft=drafter, n_ctx=2048) as engine:
             params = GenerationParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True,
                                       draft_max="auto")
-            plain_rates: list[float] = []
-            auto_rates: list[float] = []
+            rates: dict[str, list[float]] = {"plain": [], "auto": [], "plain again": []}
             by_model, drafted, accepted = 0, 0, 0
+            arms = list(rates)
             for r in range(rounds):
                 prompt = PROMPTS[r % len(PROMPTS)]
-                arms = ["plain", "auto"] if r % 2 == 0 else ["auto", "plain"]
-                for arm in arms:
+                for arm in arms[r % 3:] + arms[:r % 3]:  # rotated: drift hits every arm alike
                     result = engine.generate(prompt, params, speculative=arm == "auto",
                                              reuse_cache=False)
-                    if arm == "plain":
-                        plain_rates.append(result.stats.tokens_per_second)
-                    else:
-                        auto_rates.append(result.stats.tokens_per_second)
+                    rates[arm].append(result.stats.tokens_per_second)
+                    if arm == "auto":
                         by_model += result.stats.model_drafted
                         drafted += result.stats.drafted
                         accepted += result.stats.accepted
-            plain, auto = statistics.median(plain_rates), statistics.median(auto_rates)
-            # Each round's two arms ran the same prompt back to back: their ratio is paired,
-            # so a round's load or a prompt's speed cancels out of it.
-            paired = statistics.median(a / p for a, p in zip(auto_rates, plain_rates,
+            # A round's arms ran the same prompt back to back: their ratios are paired, so a
+            # round's load or a prompt's speed cancels out of them. A/A (plain again / plain)
+            # is the spread this machine shows between two identical arms.
+            paired = statistics.median(a / p for a, p in zip(rates["auto"], rates["plain"],
                                                              strict=True))
+            aa = statistics.median(a / p for a, p in zip(rates["plain again"], rates["plain"],
+                                                         strict=True))
+            plain, auto = statistics.median(rates["plain"]), statistics.median(rates["auto"])
             lines.append(f"| {name} ({engine.options.n_threads} threads) | {plain:.2f} | "
-                         f"{auto:.2f} | {paired:.2f}x | {by_model} by the model; all "
-                         f"drafters {drafted} drafted, {accepted} accepted |")
+                         f"{auto:.2f} | {paired:.2f}x | {aa:.2f}x | {by_model} by the model; "
+                         f"all drafters {drafted} drafted, {accepted} accepted |")
     return lines
 
 
@@ -164,9 +166,9 @@ def main() -> int:
                       f"{default_threads()})\n")
                 print("| threads | tokens/s (median) | |\n|---|---|---|")
                 print("\n".join(threads_table(args.rounds, args.max_tokens)))
-                print("\n| setup | plain tok/s | auto tok/s | auto / plain (paired) | "
+                print("\n| setup | plain tok/s | auto tok/s | auto / plain (paired) | A/A | "
                       "drafter |\n"
-                      "|---|---|---|---|---|")
+                      "|---|---|---|---|---|---|")
                 print("\n".join(auto_table(setups, args.rounds, args.max_tokens)))
     return 0
 

@@ -18,7 +18,9 @@ from typing import Any
 from localspec.bench.report import Report, Row
 from localspec.bench.runner import PromptRun
 
-BASELINES = ("llama-cpp-python",)
+# llama-cpp-python's generate() and prompt lookup; llama.cpp's llama-speculative-simple
+# (localspec.bench.llama_speculative).
+BASELINES = ("llama-cpp-python", "llama-speculative")
 ARMS = ("plain", "prompt-lookup")
 
 

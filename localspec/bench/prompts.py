@@ -58,13 +58,15 @@ BUILTIN_SETS: dict[str, str] = {"builtin": "prompts.jsonl", "adversarial": "adve
 class Prompt:
     """One benchmark prompt: a unique id, a category for per-category reports, the text, and
     the JSON Schema its output must follow (None: unconstrained). ``tokens``: the prompt as
-    token ids when it was rendered through a chat template (``bench --chat``), else None."""
+    token ids when it was rendered through a chat template (``bench --chat``), else None;
+    ``rendered``: then the template's text they were tokenized from (special tokens as text)."""
 
     id: str
     category: str
     text: str
     json_schema: dict[str, Any] | None = field(default=None, compare=False, hash=False)
     tokens: tuple[int, ...] | None = field(default=None, compare=False, hash=False)
+    rendered: str | None = field(default=None, compare=False, hash=False)  # the text of tokens
 
     @property
     def source(self) -> str | list[int]:

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from localspec.bench.baseline import Baseline
 from localspec.bench.ceiling import Ceiling
+from localspec.bench.llama_speculative import SpeculativeBaseline
 from localspec.bench.report import Report, Row
 from localspec.bench.synthetic_mode import TheoryRow
 
@@ -106,6 +107,37 @@ def print_baseline(baseline: Baseline, console: Console, *, drafter: str = "ngra
             f"{row.localspec_speculative_tps:.1f}", f"{row.plain_vs_plain:.2f}x",
             f"{row.speculative_vs_lookup:.2f}x", f"{row.plain_outputs_same}/{row.n_prompts}",
         )
+    console.print(table)
+
+
+def print_llama_speculative(baseline: SpeculativeBaseline, console: Console) -> None:
+    """llama.cpp's own speculative arms (llama-speculative-simple) next to localspec's."""
+    if baseline.error is not None:
+        console.print(f"llama-speculative baseline skipped: {baseline.error}.")
+        return
+    rows = baseline.categories + ([baseline.overall] if baseline.overall else [])
+    arms = [arm for arm in ("draft-simple", "ngram-mod") if any(arm in r.arms for r in rows)]
+    table = Table(title=f"baseline: llama.cpp's {baseline.program}, same prompts and length",
+                  caption="tok/s (after the prompt) | acc %: accepted / drafted | tau: "
+                  "tokens a verifying pass emitted | best vs best: localspec's "
+                  "faster arm / llama.cpp's fastest (with llama-cpp-python's arms when both "
+                  "baselines ran)",
+                  title_justify="left", caption_justify="left")
+    columns = [""] + [f"{arm}\n{what}" for arm in arms for what in ("tok/s", "acc %", "tau")]
+    _add_columns(table, (*columns, "localspec\nplain", "localspec\nspec", "best vs\nbest"))
+    for row in rows:
+        cells = [row.label]
+        for arm in arms:
+            figures = row.arms.get(arm)
+            if figures is None:
+                cells += ["-"] * 3
+                continue
+            cells += [f"{figures.tokens_per_second:.1f}",
+                      f"{figures.acceptance_rate:.0%}" if figures.drafted else "-",
+                      f"{figures.mean_accepted_length:.2f}" if figures.drafted else "-"]
+        cells += [f"{row.localspec_plain_tps:.1f}", f"{row.localspec_speculative_tps:.1f}",
+                  f"{row.best_vs_best:.2f}x"]
+        table.add_row(*cells)
     console.print(table)
 
 

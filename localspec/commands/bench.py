@@ -21,6 +21,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from localspec.bench.baseline import BASELINES, Baseline, run_baseline
 from localspec.bench.ceiling import Ceiling, engine_lookup, measure_pass_costs, ngram_ceiling
 from localspec.bench.coverage import head_coverage
+from localspec.bench.llama_speculative import SpeculativeBaseline, run_llama_speculative
 from localspec.bench.output import check_outputs, results_path, write_results
 from localspec.bench.progress import LineProgress, work_line
 from localspec.bench.prompts import Prompt, load_prompts
@@ -36,6 +37,7 @@ from localspec.bench.synthetic_mode import (
 from localspec.bench.table import (
     print_baseline,
     print_ceiling,
+    print_llama_speculative,
     print_report,
     print_serving,
     print_theory,
@@ -56,7 +58,7 @@ from localspec.runtime.convert import longest_draft
 from localspec.runtime.engine import Engine
 from localspec.runtime.learned import restore_saved
 from localspec.runtime.loading import DEFAULT_N_CTX
-from localspec.text.chat_template import chat_format, chat_tokens
+from localspec.text.chat_template import chat_format, chat_tokens, render_chat
 from localspec.types import DraftMax, GenerationParams
 
 SYNTHETIC_DRAFT_MAX = 4
@@ -110,8 +112,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "(docs/rpc.md); 'llama-body,default' llama.cpp's kernels for the "
                         "body's matrices against localspec's (docs/bench.md); one "
                         "of: " + " | ".join(MODE_CHOICES) + " (default: the mode --exact picks)")
-    parser.add_argument("--baseline", choices=BASELINES,
+    parser.add_argument("--baseline", type=_baselines, metavar="NAMES",
                         help="also run llama-cpp-python's plain and prompt-lookup generation "
+                        "('llama-cpp-python'), llama.cpp's llama-speculative-simple with the "
+                        "draft model and ngram-mod ('llama-speculative', built by "
+                        "scripts/llama_speculative_build.py), or both, comma-separated "
                         "(default: none)")
     parser.add_argument("--baseline-num-pred-tokens", type=int, default=None,
                         help="tokens per prompt-lookup draft in the baseline (default: 2 on a "
@@ -147,6 +152,7 @@ class Outcome:
     runs: list[PromptRun]
     report: Report
     baseline: Baseline | None = None
+    llama_speculative: SpeculativeBaseline | None = None
     theory: list[TheoryRow] | None = None
     ceiling: Ceiling | None = None  # n-gram drafts at temperature 0 only
     coverage: dict[str, float] | None = None  # an EAGLE-3 head's draft vocabulary, per category
@@ -180,11 +186,14 @@ class Measured:
 def _chat_prompts(engine: Engine, choice: ModelChoice, prompts: list[Prompt]) -> list[Prompt]:
     """Each prompt as one user turn through the chat template (the pair's, else the GGUF's)."""
     form = chat_format(engine.info.chat_template, choice.chat_template, choice.stop)
-    def rendered(p: Prompt) -> tuple[int, ...]:
+    def rendered(p: Prompt) -> Prompt:
         turn = [{"role": "user", "content": p.text}]
-        return tuple(chat_tokens(form.template, turn, engine.info, engine.tokenize))
+        text = render_chat(form.template, turn, bos_token=engine.info.bos_text,
+                           eos_token=engine.info.eos_text)
+        return replace(p, tokens=tuple(chat_tokens(form.template, turn, engine.info,
+                                                   engine.tokenize)), rendered=text)
 
-    return [replace(p, tokens=rendered(p)) for p in prompts]
+    return [rendered(p) for p in prompts]
 
 
 def _ceiling_k_max(drafter: DrafterSpec, params: GenerationParams) -> int | None:
@@ -220,22 +229,46 @@ def _measure(engine: Engine, prompts: list[Prompt], params: GenerationParams,
 
 
 def _outcome(args: argparse.Namespace, target: str, measured: Measured,
-             params: GenerationParams) -> Outcome:
-    """Summaries; the baseline runs here, after localspec's engine has been closed."""
+             params: GenerationParams, draft_model: str | None = None) -> Outcome:
+    """Summaries; the baseline runs here, after localspec's engine has been closed.
+    ``draft_model``: the drafter's model file, for llama.cpp's draft-model arm."""
     runs = measured.runs
     report = summarize(runs)
     outcome = Outcome(runs, report, theory=theory_rows(runs) if args.synthetic else None)
     if measured.pass_costs is not None:
         k_max = len(measured.pass_costs) - 2
         outcome.ceiling = ngram_ceiling(runs, report, engine_lookup(), k_max, measured.pass_costs)
-    if args.baseline:
+    baselines = args.baseline or []
+    n_threads = args.threads or os.cpu_count() or 1
+    if "llama-cpp-python" in baselines:
         with Console(stderr=True).status("running the llama-cpp-python baseline"):
             outcome.baseline = run_baseline(
                 target, runs, measured.prompt_tokens, report, max_tokens=args.max_tokens,
-                repeat=args.repeat, n_threads=args.threads or os.cpu_count() or 1,
+                repeat=args.repeat, n_threads=n_threads,
                 num_pred_tokens=args.baseline_num_pred_tokens,
             )
+    if "llama-speculative" in baselines:
+        lcp = outcome.baseline
+        also = {} if lcp is None or lcp.error is not None else {
+            r.label: max(r.llamacpp_plain_tps, r.llamacpp_lookup_tps)
+            for r in lcp.categories + ([lcp.overall] if lcp.overall else [])}
+        with Console(stderr=True).status("running llama.cpp's llama-speculative-simple"):
+            outcome.llama_speculative = run_llama_speculative(
+                target, draft_model, [(r.prompt.id, r.prompt.category,
+                                       r.prompt.rendered or r.prompt.text) for r in runs],
+                report, max_tokens=args.max_tokens, repeat=args.repeat, n_threads=n_threads,
+                also=also)
     return outcome
+
+
+def _baselines(text: str) -> list[str]:
+    """``--baseline``: one or more of BASELINES, comma-separated."""
+    names = [name.strip() for name in text.split(",")]
+    for name in names:
+        if name not in BASELINES:
+            raise argparse.ArgumentTypeError(f"{name!r} is not a baseline: use "
+                                             f"{' or '.join(BASELINES)}, or both with a comma")
+    return names
 
 
 def run(args: argparse.Namespace) -> int:
@@ -284,7 +317,8 @@ def run(args: argparse.Namespace) -> int:
                 prompts = _chat_prompts(engine, choice, prompts)
             measured = _measure(engine, prompts, params, args, choice.drafter)
             heads = engine_header(engine, measured.runs)
-        outcome = _outcome(args, choice.target, measured, params)
+        outcome = _outcome(args, choice.target, measured, params, draft_model=(
+            choice.drafter.path if choice.drafter.kind in ("model", "hybrid") else None))
         outcome.coverage = head_coverage(choice.drafter, measured.runs)
         header = {"target": choice.target, "drafter": str(choice.drafter), "chat": args.chat,
                   "prompt_tokens": {r.prompt.id: len(r.prompt_tokens) for r in measured.runs},
@@ -333,6 +367,8 @@ def _results(header: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
     out = {**header, **outcome.report.to_dict()}
     if outcome.baseline is not None:
         out["baseline"] = outcome.baseline.to_dict()
+    if outcome.llama_speculative is not None:
+        out["llama_speculative"] = outcome.llama_speculative.to_dict()
     if outcome.theory is not None:
         out["theory"] = [row.to_dict() for row in outcome.theory]
     if outcome.ceiling is not None:
@@ -377,3 +413,5 @@ def _show(args: argparse.Namespace, header: dict[str, Any], outcome: Outcome) ->
         print_ceiling(outcome.ceiling, wide)
     if outcome.baseline is not None:
         print_baseline(outcome.baseline, wide, drafter=header["drafter"])
+    if outcome.llama_speculative is not None:
+        print_llama_speculative(outcome.llama_speculative, wide)

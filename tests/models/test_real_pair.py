@@ -96,3 +96,17 @@ def test_check_measures_the_pair(real_pair: Any) -> None:
     m = out["measurement"]
     assert m["identical"] in ("yes", "tie") and m["n_prompts"] == 1
     assert m["draft_token_seconds"] > 0 and m["target_pass_seconds"] > 0
+
+
+def test_exact_mode_gives_the_plain_output_bit_for_bit(real_pair: Any) -> None:
+    """Exact mode on the pair (localspec's batch-invariant kernels for every quantized matrix):
+    the hybrid drafter at a fixed length, whose passes verify 1-4 rows, gives exactly the
+    tokens of exact mode's plain decoding, with no near-tie allowed."""
+    with Engine.load(real_pair.target, real_pair.drafter, n_ctx=1024, exact=True) as engine:
+        assert engine.info.exact
+        question = QUESTIONS[0]
+        prompt = chat(engine, question)
+        plain = engine.generate(prompt, replace(GREEDY, speculative=False))
+        result = engine.generate(prompt, replace(GREEDY, draft_max=3, exact=True))
+        assert result.stats.drafted > 0
+        assert list(result.tokens) == list(plain.tokens)
