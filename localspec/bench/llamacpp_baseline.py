@@ -24,6 +24,7 @@ tokens costs one decode step, as each localspec token does in its ``generation_s
 
 from __future__ import annotations
 
+import ctypes
 import json
 import sys
 import time
@@ -97,6 +98,23 @@ def _run_arm(llm: Any, lookup: _CountingLookup | None, prompt: dict[str, Any],
             "accepted": accepted, **run}
 
 
+GGML_GPU_DEVICE_TYPES = (1, 2)  # enum ggml_backend_dev_type: CPU 0, GPU 1, IGPU 2, ACCEL 3
+
+
+def has_gpu(llama_cpp: Any) -> bool:
+    """Whether ggml lists a GPU device. ``llama_supports_gpu_offload()`` is no answer: a CPU
+    build with the RPC backend (the tests' build) says yes without any GPU."""
+    lib = llama_cpp.llama_cpp._lib
+    try:
+        count, get, kind = (lib.ggml_backend_dev_count, lib.ggml_backend_dev_get,
+                            lib.ggml_backend_dev_type)
+    except AttributeError:
+        return bool(llama_cpp.llama_supports_gpu_offload())
+    count.restype, get.restype, get.argtypes = ctypes.c_size_t, ctypes.c_void_p, [ctypes.c_size_t]
+    kind.restype, kind.argtypes = ctypes.c_int, [ctypes.c_void_p]
+    return any(kind(get(i)) in GGML_GPU_DEVICE_TYPES for i in range(count()))
+
+
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """Load both arms, warm them up, and run every prompt plain then with prompt lookup
     (the order flips on every repeat, as in localspec's own runner)."""
@@ -108,8 +126,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 
     num_pred = job.get("num_pred_tokens")
     if num_pred is None:
-        gpu = llama_cpp.llama_supports_gpu_offload()
-        num_pred = GPU_NUM_PRED_TOKENS if gpu else CPU_NUM_PRED_TOKENS
+        num_pred = GPU_NUM_PRED_TOKENS if has_gpu(llama_cpp) else CPU_NUM_PRED_TOKENS
     ngram = int(job.get("max_ngram_size", 2))
     lookup = _CountingLookup(
         LlamaPromptLookupDecoding(max_ngram_size=ngram, num_pred_tokens=num_pred))

@@ -3,7 +3,10 @@ command end to end on tiny models (structure and correctness only, never a wall-
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -207,6 +210,23 @@ def test_summarize_baseline_ratios() -> None:
     assert row.speculative_vs_lookup == pytest.approx(20.0 / 2.5)
     assert (row.plain_outputs_same, row.n_prompts) == (1, 1) and baseline.overall is not None
     assert summarize_baseline({"error": "boom"}, report, runs).error == "boom"
+
+
+def test_a_cpu_build_with_the_rpc_backend_is_not_taken_for_a_gpu() -> None:
+    """The baseline's prompt lookup drafts 2 tokens on a CPU and 10 with a GPU; the tests'
+    llama-cpp-python has the RPC backend, for which llama_supports_gpu_offload() says yes."""
+    lib = Path(importlib.util.find_spec("llama_cpp").origin).parent / "lib"  # type: ignore[union-attr, arg-type]
+    if any(f.name.startswith(("libggml-cuda", "libggml-metal", "libggml-vulkan", "libggml-hip",
+                              "libggml-sycl")) for f in lib.iterdir()):
+        pytest.skip("this llama-cpp-python has a GPU backend")
+    code = ("import llama_cpp; from localspec.bench.llamacpp_baseline import has_gpu; "
+            "print(has_gpu(llama_cpp), llama_cpp.llama_supports_gpu_offload())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)  # llama_cpp never shares a process with _core
+    gpu, offload = done.stdout.split()
+    assert gpu == "False"
+    if (lib / "libggml-rpc.so").exists():
+        assert offload == "True"  # what the old check read as a GPU
 
 
 # ---- the command, end to end -----------------------------------------------------------
