@@ -37,17 +37,19 @@ namespace {
 // Q·K goes through the F16 matmul, which sums 1 row and 2+ rows in different orders.
 constexpr int kExactFlashAttn = 1;
 
+// Default mode's claim: faster_body_types() unless the weights keep their file layout
+// (--no-repack) or --llama-body.
+int faster_body(const EngineOptions& options) {
+    return options.fast_body && options.repack ? BodyKernelClaim::Faster : 0;
+}
+
 std::shared_ptr<Model> load_target(const EngineOptions& options) {
     backend_init(options.verbose);
     ModelOptions model{options.target_path, options.n_gpu_layers_target};
     model.repack = options.repack && !options.exact;
     // Which matrices localspec's kernels take (body_matmul.h): every quantized one in exact mode,
-    // faster_body_types() in default mode unless the weights keep their file layout (--no-repack); none
-    // over RPC, where a worker computes its layers itself.
-    model.body_kernels = !options.rpc.empty() ? 0
-                         : options.exact      ? BodyKernelClaim::All
-                         : options.fast_body && options.repack ? BodyKernelClaim::Faster
-                                              : 0;
+    // faster_body_types() in default mode; none over RPC, where a worker computes its layers itself.
+    model.body_kernels = !options.rpc.empty() ? 0 : options.exact ? BodyKernelClaim::All : faster_body(options);
     model.load_mtp = options.drafter_kind == "mtp";
     model.rpc = options.rpc;
     return std::make_shared<Model>(model);
@@ -95,7 +97,13 @@ std::unique_ptr<Drafter> configured_drafter(const EngineOptions& options, const 
         });
         return std::make_unique<HybridDrafter>(ngram, std::move(mtp), "mtp");
     }
-    auto draft = std::make_shared<Model>(ModelOptions{spec.path, options.n_gpu_layers_draft});
+    ModelOptions draft_options{spec.path, options.n_gpu_layers_draft};
+    // A draft model's matrices go to default mode's faster kernels, in exact mode too: its tokens
+    // are proposals the target checks, so its bits need not be batch-invariant. (Qwen2.5's 0.5B
+    // is mostly Q5_0: its 896-wide rows do not fit K-quant blocks.) EAGLE-3 heads keep
+    // llama.cpp's kernels: their one layer was never measured with localspec's.
+    draft_options.body_kernels = spec.kind == "eagle3" ? 0 : faster_body(options);
+    auto draft = std::make_shared<Model>(draft_options);
     check_vocab_compatible(target, *draft);
     std::unique_ptr<Drafter> model;
     if (spec.kind == "eagle3") {

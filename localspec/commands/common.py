@@ -17,7 +17,7 @@ from localspec.commands.limits import has_gpu_backend
 from localspec.drafter_spec import DrafterSpec
 from localspec.errors import InvalidParameterError, ModelLoadError
 from localspec.models.kind import ModelKind
-from localspec.planning.memory import widened_types
+from localspec.planning.memory import draft_widened_types, widened_types
 from localspec.planning.planner import KV_TYPES, Plan, plan_from_files
 from localspec.planning.remote import spread
 from localspec.planning.table import plan_summary as plan_summary  # re-exported for the chat UI
@@ -220,7 +220,10 @@ def plan_for(
                            n_seq=parallel, mtp=spec.kind == "mtp",
                            snapshots=spec.kind != "none" and not exact,
                            widened=widened_types(exact=exact, fast_body=fast_body, repack=repack,
-                                                 rpc=bool(rpc), gpu_backend=has_gpu_backend()))
+                                                 rpc=bool(rpc), gpu_backend=has_gpu_backend()),
+                           draft_widened=draft_widened_types(spec, fast_body=fast_body,
+                                                             repack=repack,
+                                                             gpu_backend=has_gpu_backend()))
     return spread(plan, target, remote_devices(rpc) if rpc else (), fast_head=fast_head)
 
 

@@ -10,7 +10,7 @@ from localspec.commands.common import add_model_arguments, checked_parallel, pai
 from localspec.commands.limits import has_gpu_backend
 from localspec.errors import InvalidParameterError
 from localspec.models.registry import load_registry
-from localspec.planning.memory import widened_types
+from localspec.planning.memory import draft_widened_types, widened_types
 from localspec.planning.planner import (
     Device,
     Plan,
@@ -73,7 +73,9 @@ def make_plan(args: argparse.Namespace) -> tuple[str, Plan]:
                            fast_head=not args.llama_head, n_seq=n_seq,
                            mtp=draft.kind == "mtp", snapshots=draft.kind != "none",
                            widened=widened_types(exact=False, fast_body=not args.llama_body,
-                                                 rpc=bool(rpc), gpu_backend=has_gpu_backend()))
+                                                 rpc=bool(rpc), gpu_backend=has_gpu_backend()),
+                           draft_widened=draft_widened_types(draft, fast_body=not args.llama_body,
+                                                             gpu_backend=has_gpu_backend()))
     plan = spread(plan, target_path, remote_devices(rpc) if rpc else (),
                   fast_head=not args.llama_head)
     label = pair.name if pair and not (args.target or args.draft) else f"{target} + {drafter}"

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from localspec.drafter_spec import DrafterSpec
 from localspec.models.gguf_reader import GGUFInfo, read_gguf
 from localspec.planning.recurrent_state import recurrent_layers, state_copies, state_elements
 
@@ -47,6 +48,17 @@ def widened_types(*, exact: bool, fast_body: bool, repack: bool = True, rpc: boo
         return ()
     taken = _faster_body_types() if faster is None else faster
     return tuple(t for t in _PACKED_BLOCK_BYTES if t in taken)
+
+
+def draft_widened_types(drafter: DrafterSpec, *, fast_body: bool, repack: bool = True,
+                        gpu_backend: bool = False) -> tuple[str, ...]:
+    """The same for the drafter's model: a draft model's matrices take default mode's faster
+    kernels in both modes (csrc/engine/engine.cpp, configured_drafter), an EAGLE-3 head's
+    none."""
+    if drafter.path is None or drafter.kind == "eagle3":
+        return ()
+    return widened_types(exact=False, fast_body=fast_body, repack=repack,
+                         gpu_backend=gpu_backend)
 
 
 @dataclass(frozen=True)

@@ -269,19 +269,22 @@ def plan_from_files(
     mtp: bool = False,
     snapshots: bool = True,
     widened: tuple[str, ...] = (),
+    draft_widened: tuple[str, ...] = (),
 ) -> Plan:
     """Plan a pair straight from GGUF files. ``device=None``: the CPU with ``budget_bytes``
     (default: available RAM); with a device, ``budget_bytes`` caps its free memory. ``mtp``:
     the target's MTP layers draft (their context is the second column). ``snapshots``: a
     recurrent target keeps its state's snapshots (the core does whenever something drafts,
     outside exact mode). ``widened``: the target's body matrix types localspec's kernels hold as
-    int8 (model_memory.widened_types)."""
+    int8 (model_memory.widened_types); ``draft_widened``: the draft model's (default mode's rule
+    in both modes; none for an EAGLE-3 head)."""
     if device is None:
         device = default_device(budget_bytes)
     elif budget_bytes is not None:
         device = Device(device.name, budget_bytes, device.kind)
     target = model_memory(target_path, fast_head=fast_head, widened=widened)
-    draft = model_memory(draft_path, fast_head=fast_head) if draft_path is not None else None
+    draft = (model_memory(draft_path, fast_head=fast_head, widened=draft_widened)
+             if draft_path is not None else None)
     if mtp and target.n_layer_nextn:
         draft = target.mtp_memory()
     target = target.without_nextn_kv()

@@ -17,8 +17,9 @@ from localspec import _core
 from localspec.bench.invariance import differing_row_counts
 from localspec.bench.prompts import load_prompts
 from localspec.commands.limits import has_gpu_backend
+from localspec.drafter_spec import DrafterSpec
 from localspec.errors import InvalidParameterError
-from localspec.planning.memory import model_memory, widened_types
+from localspec.planning.memory import draft_widened_types, model_memory, widened_types
 from localspec.runtime.engine import Engine
 from localspec.testing.heads import HeadSpec, write_eagle3_head
 from localspec.testing.synthetic import TinyConfig, write_model, write_pair
@@ -98,6 +99,30 @@ def test_exact_mode_computes_the_body_with_localspec_kernels(wide_models: dict[s
     faster = 0 if has_gpu_backend() else body_matrices(path, set(_core.faster_body_types()))
     assert placed() == faster
     assert placed(exact=True) == body_matrices(path) > (0 if qtype != "F16" else -1)
+
+
+@pytest.mark.skipif(not _core.testing.body_kernels_available() or has_gpu_backend(),
+                    reason="localspec's body kernels need x86-64 with AVX2 and a CPU-only build")
+def test_a_draft_model_takes_the_faster_kernels_in_both_modes(
+        wide_models: dict[str, Path]) -> None:
+    """A draft model's matrices of the faster types go to localspec's kernels (Qwen2.5-Coder
+    0.5B's are mostly Q5_0), also beside an exact-mode target: a draft is only a proposal."""
+    target, draft = wide_models["Q4_0"], wide_models["Q5_0"]
+
+    def placed(**options: Any) -> int:
+        before = _core.testing.body_kernel_tensors()
+        with Engine.load(target, n_ctx=256, n_threads=1, n_gpu_layers=0, **options):
+            return _core.testing.body_kernel_tensors() - before
+
+    faster = body_matrices(draft, set(_core.faster_body_types()))
+    assert faster > 0
+    assert placed(draft=str(draft)) - placed(draft="none") == faster
+    assert placed(draft=str(draft), exact=True) - placed(draft="none", exact=True) == faster
+    assert placed(draft=str(draft), fast_body=False) == 0
+    spec = DrafterSpec.parse(str(draft))
+    assert draft_widened_types(spec, fast_body=True) == ("Q5_0",)  # the plan counts them
+    assert draft_widened_types(DrafterSpec("eagle3", str(draft)), fast_body=True) == ()
+    assert draft_widened_types(DrafterSpec("ngram"), fast_body=True) == ()
 
 
 def test_memory_plan_counts_the_widened_matrices(wide_models: dict[str, Path]) -> None:
