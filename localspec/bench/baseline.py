@@ -61,6 +61,13 @@ class Baseline:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def best_tps(self) -> dict[str, float]:
+        """The faster arm's tokens/s per row label ("all" too); none when the baseline failed."""
+        if self.error is not None:
+            return {}
+        rows = self.categories + ([self.overall] if self.overall else [])
+        return {r.label: max(r.llamacpp_plain_tps, r.llamacpp_lookup_tps) for r in rows}
+
 
 def default_timeout(n_runs: int, max_tokens: int) -> float:
     """Generous: 5 minutes to load, plus half a second per token of each arm."""

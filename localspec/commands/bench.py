@@ -248,10 +248,7 @@ def _outcome(args: argparse.Namespace, target: str, measured: Measured,
                 num_pred_tokens=args.baseline_num_pred_tokens,
             )
     if "llama-speculative" in baselines:
-        lcp = outcome.baseline
-        also = {} if lcp is None or lcp.error is not None else {
-            r.label: max(r.llamacpp_plain_tps, r.llamacpp_lookup_tps)
-            for r in lcp.categories + ([lcp.overall] if lcp.overall else [])}
+        also = outcome.baseline.best_tps() if outcome.baseline is not None else {}
         with Console(stderr=True).status("running llama.cpp's llama-speculative-simple"):
             outcome.llama_speculative = run_llama_speculative(
                 target, draft_model, [(r.prompt.id, r.prompt.category,

@@ -209,7 +209,9 @@ def test_summarize_baseline_ratios() -> None:
     assert row.plain_vs_plain == pytest.approx(10.0 / 5.0)
     assert row.speculative_vs_lookup == pytest.approx(20.0 / 2.5)
     assert (row.plain_outputs_same, row.n_prompts) == (1, 1) and baseline.overall is not None
-    assert summarize_baseline({"error": "boom"}, report, runs).error == "boom"
+    assert baseline.best_tps() == {"A": pytest.approx(5.0), "all": pytest.approx(5.0)}
+    failed = summarize_baseline({"error": "boom"}, report, runs)
+    assert failed.error == "boom" and failed.best_tps() == {}
 
 
 def test_a_cpu_build_with_the_rpc_backend_is_not_taken_for_a_gpu() -> None:
