@@ -85,6 +85,11 @@ def arm_arguments(arm: str, draft_model: str | None) -> list[str] | None:
     raise ValueError(f"unknown arm {arm!r}")
 
 
+# llama.cpp's logger writes from a thread of its own and is leaked at exit (common/log.cpp,
+# common_log_main), so a run that ends quickly can lose its last lines: such a run is repeated.
+TRIES = 3
+
+
 def run_arm(program: Path, arm_args: list[str], target: str, prompt: str, *, max_tokens: int,
             n_threads: int, timeout: float) -> ArmRun:
     n_ctx = 4096
@@ -92,14 +97,19 @@ def run_arm(program: Path, arm_args: list[str], target: str, prompt: str, *, max
                "--temp", "0", "--top-k", "1", "--seed", "0", "-c", str(n_ctx),
                "-t", str(n_threads), "-tb", str(n_threads), "-td", str(n_threads),
                "-tbd", str(n_threads), "-ngl", "0", "-lv", "4", *arm_args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                          check=False, errors="replace")
-    log = done.stdout + "\n" + done.stderr
-    if done.returncode != 0:
-        tail = [line for line in done.stderr.splitlines() if line.strip()]
-        raise ValueError(f"exit status {done.returncode}" + (f": {tail[-1][:200]}" if tail
-                                                               else ""))
-    return parse_log(log)
+    for attempt in range(TRIES):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              check=False, errors="replace")
+        if done.returncode != 0:
+            tail = [line for line in done.stderr.splitlines() if line.strip()]
+            raise ValueError(f"exit status {done.returncode}" + (f": {tail[-1][:200]}" if tail
+                                                                   else ""))
+        try:
+            return parse_log(done.stdout + "\n" + done.stderr)
+        except ValueError:
+            if attempt + 1 == TRIES:
+                raise
+    raise AssertionError("unreachable")
 
 
 @dataclass

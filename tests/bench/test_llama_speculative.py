@@ -116,6 +116,28 @@ def test_every_arm_runs_each_prompt_and_lines_up_with_localspecs_rows(fake_progr
         "draft-simple", "ngram-mod", "ngram-mod", "draft-simple"]  # turns rotate
 
 
+def test_a_run_whose_log_lost_its_last_lines_is_repeated(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """llama.cpp's logger may not flush before a short run exits: the run is tried again."""
+    flaky = tmp_path / "flaky"
+    count = tmp_path / "count"
+    flaky.write_text(f"""#!{sys.executable}
+from pathlib import Path
+count = Path({str(count)!r})
+n = int(count.read_text()) + 1 if count.exists() else 1
+count.write_text(str(n))
+if n >= 2:
+    print("0.01.000.000 I decoded   12 tokens in    0.500 seconds, speed:   24.000 t/s")
+""")
+    flaky.chmod(0o755)
+    run = ls.run_arm(flaky, ["--spec-type", "ngram-mod"], "t.gguf", "Why?", max_tokens=12,
+                     n_threads=1, timeout=60)
+    assert (run.tokens, count.read_text()) == (12, "2")
+    count.write_text("-5")  # never reaches 2 within the tries: one sentence
+    with pytest.raises(ValueError, match="decoded"):
+        ls.run_arm(flaky, [], "t.gguf", "Why?", max_tokens=12, n_threads=1, timeout=60)
+
+
 def test_a_failing_program_gives_one_sentence(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     broken = tmp_path / "broken"
