@@ -87,7 +87,7 @@ def arm_arguments(arm: str, draft_model: str | None) -> list[str] | None:
 
 # llama.cpp's logger writes from a thread of its own and is leaked at exit (common/log.cpp,
 # common_log_main), so a run that ends quickly can lose its last lines: such a run is repeated.
-TRIES = 3
+TRIES = 5  # 4 in 5 short runs kept their last lines on a loaded 2-core machine
 
 
 def run_arm(program: Path, arm_args: list[str], target: str, prompt: str, *, max_tokens: int,

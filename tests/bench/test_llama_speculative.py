@@ -133,7 +133,7 @@ if n >= 2:
     run = ls.run_arm(flaky, ["--spec-type", "ngram-mod"], "t.gguf", "Why?", max_tokens=12,
                      n_threads=1, timeout=60)
     assert (run.tokens, count.read_text()) == (12, "2")
-    count.write_text("-5")  # never reaches 2 within the tries: one sentence
+    count.write_text(str(-ls.TRIES))  # never reaches 2 within the tries: one sentence
     with pytest.raises(ValueError, match="decoded"):
         ls.run_arm(flaky, [], "t.gguf", "Why?", max_tokens=12, n_threads=1, timeout=60)
 
