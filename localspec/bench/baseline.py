@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from localspec.bench.llamacpp_baseline import PROGRESS
 from localspec.bench.report import Report, Row
 from localspec.bench.runner import PromptRun
 
@@ -74,22 +76,55 @@ def default_timeout(n_runs: int, max_tokens: int) -> float:
     return 300.0 + n_runs * 2 * max_tokens * 0.5
 
 
-def run_child(job: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Run the child on `job`; returns its JSON, or {"error": one sentence}."""
+def run_child(job: dict[str, Any], timeout: float,
+              progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Run the child on `job`; returns its JSON, or {"error": one sentence}. ``progress(done,
+    total)`` is called as the child reports each finished run (its stderr lines)."""
     command = [sys.executable, "-m", "localspec.bench.llamacpp_baseline"]
+    child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    out: list[str] = []
+    err: list[str] = []
+
+    def read_stderr() -> None:
+        assert child.stderr is not None
+        for line in child.stderr:
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == PROGRESS and (parts[1] + parts[2]).isdigit():
+                if progress:
+                    progress(int(parts[1]), int(parts[2]))
+            elif line.strip():
+                err.append(line.strip())
+
+    def read_stdout() -> None:
+        assert child.stdout is not None
+        out.append(child.stdout.read())
+
+    readers = [threading.Thread(target=read_stderr, daemon=True),
+               threading.Thread(target=read_stdout, daemon=True)]
+    for reader in readers:
+        reader.start()
     try:
-        done = subprocess.run(command, input=json.dumps(job), capture_output=True, text=True,
-                              timeout=timeout, check=False)
+        assert child.stdin is not None
+        child.stdin.write(json.dumps(job))
+        child.stdin.close()
+        child.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
         return {"error": f"it did not finish within {timeout:.0f} s"}
-    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    except BrokenPipeError:  # the child ended before reading its job: its stderr says why
+        child.wait()
+    finally:
+        for reader in readers:
+            reader.join(timeout=10)
+    lines = [line for line in "".join(out).splitlines() if line.strip()]
     try:
         result = json.loads(lines[-1]) if lines else None
     except json.JSONDecodeError:
         result = None
     if not isinstance(result, dict):
-        tail = [line for line in done.stderr.splitlines() if line.strip()]
-        why = tail[-1] if tail else f"exit status {done.returncode}"
+        why = err[-1] if err else f"exit status {child.returncode}"
         return {"error": f"the baseline process failed ({why})"}
     return result
 
@@ -170,10 +205,12 @@ def summarize_baseline(result: dict[str, Any], report: Report,
 
 def run_baseline(model: str, runs: Sequence[PromptRun], prompt_tokens: dict[str, list[int]],
                  report: Report, *, max_tokens: int, repeat: int, n_threads: int,
-                 num_pred_tokens: int | None = None, timeout: float | None = None) -> Baseline:
-    """Run llama-cpp-python on the same prompts and lengths and line it up with `report`."""
+                 num_pred_tokens: int | None = None, timeout: float | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> Baseline:
+    """Run llama-cpp-python on the same prompts and lengths and line it up with `report`;
+    ``progress(done, total)`` after each of its runs."""
     job = make_job(model, runs, prompt_tokens, max_tokens=max_tokens, repeat=repeat,
                    n_threads=n_threads, num_pred_tokens=num_pred_tokens)
     if timeout is None:
         timeout = default_timeout(len(runs) * repeat, max_tokens)
-    return summarize_baseline(run_child(job, timeout), report, runs)
+    return summarize_baseline(run_child(job, timeout, progress), report, runs)

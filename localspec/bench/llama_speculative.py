@@ -24,10 +24,10 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from localspec.bench.report import Report
 
@@ -90,9 +90,26 @@ def arm_arguments(arm: str, draft_model: str | None) -> list[str] | None:
 TRIES = 5  # 4 in 5 short runs kept their last lines on a loaded 2-core machine
 
 
+class SpecPrompt(NamedTuple):
+    """One prompt as the program gets it: its rendered text, and its length in tokens
+    (localspec's tokenizer, the same vocabulary) for the context size."""
+
+    id: str
+    category: str
+    text: str
+    n_tokens: int
+
+
+CONTEXT_MARGIN = 64  # tokens beyond prompt + output: a draft's overshoot, BOS
+
+
+def context_size(n_tokens: int, max_tokens: int) -> int:
+    """``-c``: what the run needs (the prompt, the output, a draft past the end), no more."""
+    return n_tokens + max_tokens + CONTEXT_MARGIN
+
+
 def run_arm(program: Path, arm_args: list[str], target: str, prompt: str, *, max_tokens: int,
-            n_threads: int, timeout: float) -> ArmRun:
-    n_ctx = 4096
+            n_threads: int, timeout: float, n_ctx: int) -> ArmRun:
     command = [str(program), "-m", target, "-p", prompt, "-n", str(max_tokens), "--ignore-eos",
                "--temp", "0", "--top-k", "1", "--seed", "0", "-c", str(n_ctx),
                "-t", str(n_threads), "-tb", str(n_threads), "-td", str(n_threads),
@@ -171,13 +188,15 @@ def row(label: str, runs: dict[str, list[ArmRun]], plain_tps: float, speculative
 
 
 def run_llama_speculative(target: str, draft_model: str | None,
-                          prompts: Sequence[tuple[str, str, str]], report: Report, *,
+                          prompts: Sequence[SpecPrompt], report: Report, *,
                           max_tokens: int, repeat: int, n_threads: int,
                           also: dict[str, float] | None = None,
-                          timeout: float = 900.0) -> SpeculativeBaseline:
-    """Every arm on every ``(id, category, text)`` prompt, ``repeat`` times in turns, lined
-    up with ``report``'s categories. ``also``: the tokens/s of llama.cpp's best other arm per
-    category label ("all" too), from llama-cpp-python's baseline."""
+                          timeout: float = 900.0,
+                          progress: Callable[[int, int], None] | None = None
+                          ) -> SpeculativeBaseline:
+    """Every arm on every prompt, ``repeat`` times in turns, lined up with ``report``'s
+    categories. ``also``: the tokens/s of llama.cpp's best other arm per category label
+    ("all" too), from llama-cpp-python's baseline; ``progress(done, total)`` after each run."""
     also = also or {}
     program = find_program()
     if program is None:
@@ -186,17 +205,23 @@ def run_llama_speculative(target: str, draft_model: str | None,
                                    "set LOCALSPEC_LLAMA_SPECULATIVE to its path")
     arms = {arm: arm_arguments(arm, draft_model) for arm in ARM_NAMES}
     runs: dict[str, dict[str, list[ArmRun]]] = {}  # category -> arm -> runs
+    total = repeat * len(prompts) * sum(1 for a in arms.values() if a is not None)
+    done = 0
     try:
         for r in range(repeat):
-            for _, category, text in prompts:
+            for prompt in prompts:
                 order = ARM_NAMES[r % len(ARM_NAMES):] + ARM_NAMES[:r % len(ARM_NAMES)]
                 for arm in order:
                     arm_args = arms[arm]
                     if arm_args is None:
                         continue
-                    result = run_arm(program, arm_args, target, text, max_tokens=max_tokens,
-                                     n_threads=n_threads, timeout=timeout)
-                    runs.setdefault(category, {}).setdefault(arm, []).append(result)
+                    result = run_arm(program, arm_args, target, prompt.text,
+                                     max_tokens=max_tokens, n_threads=n_threads, timeout=timeout,
+                                     n_ctx=context_size(prompt.n_tokens, max_tokens))
+                    runs.setdefault(prompt.category, {}).setdefault(arm, []).append(result)
+                    done += 1
+                    if progress:
+                        progress(done, total)
     except (ValueError, OSError, subprocess.TimeoutExpired) as error:
         return SpeculativeBaseline(error=f"{PROGRAM} failed ({error})", program=str(program))
     everything: dict[str, list[ArmRun]] = {}

@@ -142,15 +142,25 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         for llm, counter in arms.values():  # warm-up
             _run_arm(llm, counter, job["prompts"][0], min(8, max_tokens))
     runs: list[dict[str, Any]] = []
+    repeat = int(job.get("repeat", 1))
+    total = len(job["prompts"]) * repeat * len(arms)
     for prompt in job["prompts"]:
-        for r in range(int(job.get("repeat", 1))):
+        for r in range(repeat):
             order = list(arms.items())
             if r % 2:
                 order.reverse()
             for arm, (llm, counter) in order:
                 runs.append({"arm": arm, "repeat": r, **_run_arm(llm, counter, prompt, max_tokens)})
+                report_progress(len(runs), total)
     return {"llama_cpp_version": llama_cpp.__version__, "num_pred_tokens": num_pred,
             "max_ngram_size": ngram, "runs": runs}
+
+
+PROGRESS = "progress"  # a stderr line "progress DONE TOTAL" after each run, read by the parent
+
+
+def report_progress(done: int, total: int) -> None:
+    print(f"{PROGRESS} {done} {total}", file=sys.stderr, flush=True)
 
 
 def main() -> int:

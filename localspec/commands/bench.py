@@ -8,10 +8,12 @@ pair with a fixed draft length and prints the theoretical speed limit. See docs/
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -21,7 +23,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from localspec.bench.baseline import BASELINES, Baseline, run_baseline
 from localspec.bench.ceiling import Ceiling, engine_lookup, measure_pass_costs, ngram_ceiling
 from localspec.bench.coverage import head_coverage
-from localspec.bench.llama_speculative import SpeculativeBaseline, run_llama_speculative
+from localspec.bench.llama_speculative import (
+    SpecPrompt,
+    SpeculativeBaseline,
+    run_llama_speculative,
+)
 from localspec.bench.output import check_outputs, results_path, write_results
 from localspec.bench.progress import LineProgress, work_line
 from localspec.bench.prompts import Prompt, load_prompts
@@ -58,7 +64,7 @@ from localspec.runtime.convert import longest_draft
 from localspec.runtime.engine import Engine
 from localspec.runtime.learned import restore_saved
 from localspec.runtime.loading import DEFAULT_N_CTX
-from localspec.text.chat_template import chat_format, chat_tokens, render_chat
+from localspec.text.chat_template import chat_format, render_chat, rendered_tokens
 from localspec.types import DraftMax, GenerationParams
 
 SYNTHETIC_DRAFT_MAX = 4
@@ -190,8 +196,8 @@ def _chat_prompts(engine: Engine, choice: ModelChoice, prompts: list[Prompt]) ->
         turn = [{"role": "user", "content": p.text}]
         text = render_chat(form.template, turn, bos_token=engine.info.bos_text,
                            eos_token=engine.info.eos_text)
-        return replace(p, tokens=tuple(chat_tokens(form.template, turn, engine.info,
-                                                   engine.tokenize)), rendered=text)
+        return replace(p, tokens=tuple(rendered_tokens(text, engine.info, engine.tokenize)),
+                       rendered=text)
 
     return [rendered(p) for p in prompts]
 
@@ -203,23 +209,31 @@ def _ceiling_k_max(drafter: DrafterSpec, params: GenerationParams) -> int | None
     return longest_draft(params.draft_max)
 
 
+@contextlib.contextmanager
+def _progress(label: str, description: str, unit: str = "prompt runs"
+              ) -> Iterator[Callable[[int, int], None]]:
+    """A ``progress(done, total)`` callback: a live bar on a terminal, else lines with an ETA
+    (a log file or CI), prefixed with ``label``."""
+    err = Console(stderr=True)
+    if not err.is_terminal:
+        yield LineProgress(sys.stderr, label=label, unit=unit).update
+        return
+    with Progress(
+        TextColumn("[progress.description]{task.description}"), BarColumn(),
+        TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(), console=err,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(description, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
 def _measure(engine: Engine, prompts: list[Prompt], params: GenerationParams,
              args: argparse.Namespace, drafter: DrafterSpec) -> Measured:
     err = Console(stderr=True)
     print(work_line("bench", len(prompts), args.repeat, params.max_tokens), file=sys.stderr,
           flush=True)
-    if not err.is_terminal:  # a log file or CI: lines with an ETA instead of a live bar
-        lines = LineProgress(sys.stderr)
-        runs = run_comparison(engine, prompts, params, repeat=args.repeat, progress=lines.update)
-    else:
-        with Progress(
-            TextColumn("[progress.description]{task.description}"), BarColumn(),
-            TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(), console=err,
-            transient=True,
-        ) as bar:
-            task = bar.add_task("benchmarking", total=len(prompts) * args.repeat)
-            runs = run_comparison(engine, prompts, params, repeat=args.repeat,
-                                  progress=lambda done, _total: bar.update(task, completed=done))
+    with _progress("bench", "benchmarking") as progress:
+        runs = run_comparison(engine, prompts, params, repeat=args.repeat, progress=progress)
     k_max = _ceiling_k_max(drafter, params)
     costs = None
     if k_max is not None and runs:
@@ -241,20 +255,22 @@ def _outcome(args: argparse.Namespace, target: str, measured: Measured,
     baselines = args.baseline or []
     n_threads = args.threads or os.cpu_count() or 1
     if "llama-cpp-python" in baselines:
-        with Console(stderr=True).status("running the llama-cpp-python baseline"):
+        with _progress("baseline llama-cpp-python", "llama-cpp-python baseline",
+                       "runs") as progress:
             outcome.baseline = run_baseline(
                 target, runs, measured.prompt_tokens, report, max_tokens=args.max_tokens,
                 repeat=args.repeat, n_threads=n_threads,
-                num_pred_tokens=args.baseline_num_pred_tokens,
+                num_pred_tokens=args.baseline_num_pred_tokens, progress=progress,
             )
     if "llama-speculative" in baselines:
         also = outcome.baseline.best_tps() if outcome.baseline is not None else {}
-        with Console(stderr=True).status("running llama.cpp's llama-speculative-simple"):
+        prompts = [SpecPrompt(r.prompt.id, r.prompt.category, r.prompt.rendered or r.prompt.text,
+                              len(measured.prompt_tokens[r.prompt.id])) for r in runs]
+        with _progress("baseline llama-speculative-simple",
+                       "llama.cpp's llama-speculative-simple", "runs") as progress:
             outcome.llama_speculative = run_llama_speculative(
-                target, draft_model, [(r.prompt.id, r.prompt.category,
-                                       r.prompt.rendered or r.prompt.text) for r in runs],
-                report, max_tokens=args.max_tokens, repeat=args.repeat, n_threads=n_threads,
-                also=also)
+                target, draft_model, prompts, report, max_tokens=args.max_tokens,
+                repeat=args.repeat, n_threads=n_threads, also=also, progress=progress)
     return outcome
 
 

@@ -184,6 +184,16 @@ def chat_tokens(
     """``messages`` rendered for a reply and tokenized with special tokens parsed; BOS is added
     unless the template already wrote it. ``tokenize(text, add_special, parse_special)``."""
     text = render_chat(template, messages, bos_token=info.bos_text, eos_token=info.eos_text)
+    return rendered_tokens(text, info, tokenize)
+
+
+def rendered_tokens(
+    text: str,
+    info: EngineInfo,
+    tokenize: Callable[[str, bool, bool], list[int]],
+) -> list[int]:
+    """A rendered chat (render_chat) tokenized as chat_tokens does, for a caller that keeps
+    the text too."""
     add_bos = not (info.bos_text and text.startswith(info.bos_text))
     return tokenize(text, add_bos, True)
 

@@ -312,6 +312,8 @@ def test_baseline_llama_cpp_python(tiny_model_path: Path, prompt_file: Path) -> 
     assert proc.returncode == 0, proc.stderr
     baseline = json.loads(proc.stdout)["baseline"]
     assert baseline["error"] is None and baseline["llama_cpp_version"]
+    # The child reports each run as it ends: 2 prompts x 3 repeats x 2 arms.
+    assert "baseline llama-cpp-python: 12/12 runs" in proc.stderr
     rows = baseline["categories"] + [baseline["overall"]]
     assert [r["label"] for r in rows] == ["summarization", "conversation", "all"]
     for row in rows:

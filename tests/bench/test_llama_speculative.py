@@ -92,9 +92,12 @@ def report_of_one_prompt() -> Report:
 
 def test_every_arm_runs_each_prompt_and_lines_up_with_localspecs_rows(fake_program: Path) -> None:
     report = report_of_one_prompt()
-    result = ls.run_llama_speculative("t.gguf", "d.gguf", [("q1", "qa", "Why?")], report,
+    seen: list[tuple[int, int]] = []
+    prompts = [ls.SpecPrompt("q1", "qa", "Why?", 5)]
+    result = ls.run_llama_speculative("t.gguf", "d.gguf", prompts, report,
                                       max_tokens=20, repeat=2, n_threads=1,
-                                      also={"qa": 12.0, "all": 30.0})
+                                      also={"qa": 12.0, "all": 30.0},
+                                      progress=lambda done, total: seen.append((done, total)))
     assert result.error is None
     row = result.categories[0]
     assert row.label == "qa" and set(row.arms) == {"draft-simple", "ngram-mod"}
@@ -112,6 +115,9 @@ def test_every_arm_runs_each_prompt_and_lines_up_with_localspecs_rows(fake_progr
     assert first[first.index("-m") + 1] == "t.gguf" and first[first.index("-p") + 1] == "Why?"
     assert first[first.index("-md") + 1] == "d.gguf"
     assert first[first.index("-n") + 1] == "20" and "--ignore-eos" in first
+    # The context holds the prompt, the output and a draft's overshoot, not a fixed size.
+    assert first[first.index("-c") + 1] == str(5 + 20 + ls.CONTEXT_MARGIN)
+    assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)]
     assert [c[c.index("--spec-type") + 1] for c in calls] == [
         "draft-simple", "ngram-mod", "ngram-mod", "draft-simple"]  # turns rotate
 
@@ -131,11 +137,12 @@ if n >= 2:
 """)
     flaky.chmod(0o755)
     run = ls.run_arm(flaky, ["--spec-type", "ngram-mod"], "t.gguf", "Why?", max_tokens=12,
-                     n_threads=1, timeout=60)
+                     n_threads=1, timeout=60, n_ctx=128)
     assert (run.tokens, count.read_text()) == (12, "2")
     count.write_text(str(-ls.TRIES))  # never reaches 2 within the tries: one sentence
     with pytest.raises(ValueError, match="decoded"):
-        ls.run_arm(flaky, [], "t.gguf", "Why?", max_tokens=12, n_threads=1, timeout=60)
+        ls.run_arm(flaky, [], "t.gguf", "Why?", max_tokens=12, n_threads=1, timeout=60,
+                   n_ctx=128)
 
 
 def test_a_failing_program_gives_one_sentence(tmp_path: Path,
@@ -145,7 +152,8 @@ def test_a_failing_program_gives_one_sentence(tmp_path: Path,
     broken.chmod(0o755)
     monkeypatch.setenv("LOCALSPEC_LLAMA_SPECULATIVE", str(broken))
     report = report_of_one_prompt()
-    result = ls.run_llama_speculative("t.gguf", None, [("q1", "qa", "Why?")], report,
+    prompts = [ls.SpecPrompt("q1", "qa", "Why?", 5)]
+    result = ls.run_llama_speculative("t.gguf", None, prompts, report,
                                       max_tokens=20, repeat=1, n_threads=1)
     assert result.error is not None and "unknown argument" in result.error
 
@@ -169,5 +177,5 @@ def test_the_real_program_on_the_tiny_model(tiny_model_path: Path) -> None:
     assert program is not None
     run = ls.run_arm(program, ["--spec-type", "ngram-mod"], str(tiny_model_path),
                      "one two three one two three one two", max_tokens=12, n_threads=1,
-                     timeout=120)
+                     timeout=120, n_ctx=ls.context_size(10, 12))  # the prompt is ~9 tokens
     assert run.tokens >= 12 and run.seconds > 0
