@@ -265,7 +265,7 @@ def _outcome(args: argparse.Namespace, target: str, measured: Measured,
     if "llama-speculative" in baselines:
         also = outcome.baseline.best_tps() if outcome.baseline is not None else {}
         prompts = [SpecPrompt(r.prompt.id, r.prompt.category, r.prompt.rendered or r.prompt.text,
-                              len(measured.prompt_tokens[r.prompt.id])) for r in runs]
+                              len(r.prompt_tokens)) for r in runs]
         with _progress("baseline llama-speculative-simple",
                        "llama.cpp's llama-speculative-simple", "runs") as progress:
             outcome.llama_speculative = run_llama_speculative(
