@@ -389,6 +389,10 @@ class _Testing:
     @staticmethod
     def warp(logits: npt.ArrayLike, params: SamplingParams) -> tuple[list[int], list[float]]: ...
     @staticmethod
+    def warp_known(
+        row: npt.ArrayLike, known: list[int], bound: float, params: SamplingParams
+    ) -> tuple[list[int], list[float]] | None: ...
+    @staticmethod
     def apply_penalties(
         logits: npt.ArrayLike, context: list[int], params: SamplingParams
     ) -> npt.NDArray[np.float32]: ...

@@ -205,6 +205,15 @@ void localspec::register_testing(py::module_& m) {
         return py::make_tuple(d.ids, d.probs);
     });
     testing.def(
+        "warp_known",
+        [](const py::array_t<float, py::array::c_style | py::array::forcecast>& row, const std::vector<Token>& known,
+           float bound, const SamplingParams& params) -> py::object {
+            Distribution d;
+            if (!warp_known(row.data(), static_cast<int>(row.size()), known, bound, params, d)) return py::none();
+            return py::make_tuple(d.ids, d.probs);
+        },
+        py::arg("row"), py::arg("known"), py::arg("bound"), py::arg("params"));
+    testing.def(
         "apply_penalties",
         [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
            const std::vector<Token>& context, const SamplingParams& params) {

@@ -2,9 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 
 namespace localspec {
+
+namespace {
+// How many of a row's best tokens are checked against the grammar before the whole vocabulary
+// is (constrained_argmax, constrained_warp).
+constexpr int kTopCandidates = 128;
+}  // namespace
 
 TargetRows::TargetRows(const Context& target, int first_row, const std::vector<Token>& history,
                        const std::vector<Token>& drafts, const SamplingParams& params, Grammar* grammar,
@@ -65,7 +72,6 @@ Token TargetRows::argmax(size_t i) {
 // every token outside them; otherwise (rare) the whole vocabulary is masked, which costs a
 // grammar check per token (~70 ms on a 262k vocabulary).
 Token TargetRows::constrained_argmax(const float* logits) {
-    constexpr int kTopCandidates = 128;
     const int n_vocab = target_.n_vocab();
     const std::vector<Token> top = top_tokens(logits, n_vocab, kTopCandidates);
     const std::vector<Token> allowed = grammar_->allowed(top);
@@ -81,9 +87,28 @@ Distribution TargetRows::warped(size_t i) {
     if (const float* shaped = from_candidates(i)) return warp(shaped, target_.n_vocab(), params_);
     const float* logits = penalized(i);
     if (!grammar_) return warp(logits, target_.n_vocab(), params_);
-    if (logits != buffer_.data()) buffer_.assign(logits, logits + target_.n_vocab());
-    grammar_->mask(buffer_.data(), target_.n_vocab());
-    return warp(buffer_.data(), target_.n_vocab(), params_);
+    return constrained_warp(logits);
+}
+
+// warp() of the masked row, from the grammar's verdict on the row's best tokens when that
+// decides it (warp_known: top-k or min-p leave out every token not checked), else from the
+// whole vocabulary masked. With llama.cpp's defaults (top_k 40, min_p 0.05) a row inside a
+// JSON string or a word list is decided by its best 160 tokens; a full mask costs ~25 ms for
+// a JSON grammar on a 262k vocabulary.
+Distribution TargetRows::constrained_warp(const float* logits) {
+    const int n_vocab = target_.n_vocab();
+    const int n_top = static_cast<int>(std::min<int64_t>(n_vocab, std::max<int64_t>(kTopCandidates, int64_t{4} * params_.top_k)));
+    const std::vector<Token> top = top_tokens(logits, n_vocab, n_top);
+    const std::vector<Token> allowed = grammar_->allowed(top);
+    shaped_.assign(static_cast<size_t>(n_vocab), -INFINITY);
+    for (Token t : allowed) shaped_[static_cast<size_t>(t)] = logits[t];
+    // Every token outside `top` has a logit at most its last one's (or there is none).
+    const float bound = top.size() == static_cast<size_t>(n_vocab) ? -INFINITY : logits[top.back()];
+    Distribution out;
+    if (warp_known(shaped_.data(), n_vocab, allowed, bound, params_, out)) return out;
+    if (logits != buffer_.data()) buffer_.assign(logits, logits + n_vocab);
+    grammar_->mask(buffer_.data(), n_vocab);
+    return warp(buffer_.data(), n_vocab, params_);
 }
 
 void TargetRows::emit(Token token) {

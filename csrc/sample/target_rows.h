@@ -36,6 +36,7 @@ private:
     // Row i's logits with penalties applied (the raw row when there are none).
     const float* penalized(size_t i);
     Token constrained_argmax(const float* logits);
+    Distribution constrained_warp(const float* logits);
     // Row i shaped as plain decoding shapes it, from its candidates' logits alone: the allowed
     // ones penalized, -infinity elsewhere (null when row i has no candidates).
     const float* from_candidates(size_t i);
@@ -48,6 +49,7 @@ private:
     const std::vector<std::vector<Token>>* candidates_;
     std::vector<Token> window_;  // the tokens before the current row (penalty window only)
     std::vector<float> buffer_;
+    std::vector<float> shaped_;  // constrained_warp's row: the allowed candidates, -infinity elsewhere
     size_t row_ = 0;  // the row the grammar and the window are at
 };
 

@@ -101,3 +101,62 @@ def test_top_probability_matches_a_double_precision_softmax() -> None:
             shifted = logits.astype(np.float64) - logits.max()
             expected = 1.0 / np.exp(shifted).sum()
             assert _core.testing.top_probability(logits) == pytest.approx(expected, rel=1e-5)
+
+
+def _warp_known_trials(sp: _core.SamplingParams, n_vocab: int, seed: int) -> tuple[int, int, int]:
+    """warp_known against warp of the fully masked row, on random rows and allowed sets, the
+    known tokens being the allowed ones among the 160 best (as TargetRows checks them; all of
+    them when n_vocab <= 160). Returns (rows, decided, decided by min-p alone: fewer than
+    top_k known)."""
+    rng = np.random.default_rng(seed)
+    n_top = 160
+    rows = decided = by_min_p = 0
+    # Flat rows leave the unknown tokens in play, peaked ones do not; rounded ones tie often
+    # (a tie with the last checked token must not be taken as decided).
+    for scale, rounded in ((1.0, False), (3.0, False), (8.0, False), (2.0, True)):
+        for share in (0.003, 0.03, 0.3, 1.0):  # how much of the vocabulary the grammar allows
+            for _ in range(15):
+                logits = (rng.standard_normal(n_vocab) * scale).astype(np.float32)
+                if rounded:
+                    logits = np.round(logits)
+                allowed = rng.random(n_vocab) < share
+                allowed[rng.integers(n_vocab)] = True
+                masked = np.where(allowed, logits, -np.inf).astype(np.float32)
+                top = [int(t) for t in np.lexsort((np.arange(n_vocab), -logits))[:n_top]]
+                known = [t for t in top if allowed[t]]
+                if not known:
+                    continue
+                row = np.full(n_vocab, -np.inf, dtype=np.float32)
+                row[known] = logits[known]
+                bound = -np.inf if len(top) == n_vocab else float(logits[top[-1]])
+                got = _core.testing.warp_known(row, known, bound, sp)
+                rows += 1
+                if got is None:
+                    continue
+                decided += 1
+                by_min_p += len(known) < max(sp.top_k, 1)
+                assert got == _core.testing.warp(masked, sp)  # ids and probabilities, bit for bit
+    return rows, decided, by_min_p
+
+
+@pytest.mark.parametrize(
+    ("top_k", "top_p", "min_p"),
+    [(40, 0.95, 0.05), (40, 1.0, 0.05), (10, 0.5, 0.0), (0, 0.95, 0.1), (1000, 0.9, 0.05)],
+)
+def test_a_grammar_row_is_warped_from_its_best_tokens_when_they_decide(
+    top_k: int, top_p: float, min_p: float
+) -> None:
+    """A sampled row under a grammar (csrc/sample/target_rows.cpp) checks only its best tokens
+    when top-k or min-p leave every other token out: the distribution must be the fully masked
+    row's, bit for bit, and the shortcut must be taken in most rows with llama.cpp's defaults."""
+    sp = _core.SamplingParams(temperature=0.8, top_k=top_k, top_p=top_p, min_p=min_p)
+    rows, decided, by_min_p = _warp_known_trials(sp, 2000, seed=top_k + int(100 * min_p))
+    assert rows > 200
+    if (top_k, min_p) == (40, 0.05):
+        assert decided > rows // 2
+        assert by_min_p > 20  # min-p decided rows that top-k could not
+    if min_p == 0.0:
+        assert by_min_p == 0
+    # Every token checked: nothing else may be sampled, whatever the parameters.
+    rows, decided, _ = _warp_known_trials(sp, 120, seed=1)
+    assert decided == rows > 200
