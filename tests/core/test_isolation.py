@@ -1,15 +1,18 @@
 """One generation's failure is its own (csrc/engine/speculative_step.cpp, each_guarded): a
 grammar that fails inside a step ends that request with one sentence, and the generations that
-share its passes finish exactly as they would alone."""
+share its passes finish exactly as they would alone; a grammar measured costly takes turns
+(fair turns) instead of slowing every step."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from localspec import _core
 from localspec.runtime.engine import Engine
 from localspec.text.grammar_check import GrammarError
 from localspec.types import GenerationParams
@@ -60,3 +63,56 @@ def test_a_grammar_that_matches_nothing_is_an_error_not_noise(
         solo.generate("hello", replace(GREEDY, grammar=POISON))
     assert raised.value.param == "grammar"
     assert "\ufffd" not in str(raised.value)
+
+
+
+def _fourth_beside_three(tiny_model_path: Path, mask_seconds: float) -> tuple[int, int]:
+    """Three plain greedy generations and a fourth under a grammar whose check measured
+    `mask_seconds` for one mask of the vocabulary, on one core with four slots. Returns the
+    tokens the fourth had emitted when the three finished, and its own total."""
+    options = _core.EngineOptions()
+    options.target_path, options.drafter_kind = str(tiny_model_path), "ngram"
+    options.n_ctx, options.n_threads, options.n_seq = 512, 1, 4
+    core = _core.Core(options)
+
+    def request(prompt: str, grammar: str = "") -> _core.GenerateRequest:
+        r = _core.GenerateRequest()
+        r.prompt = core.tokenize(prompt, True, True)
+        r.sampling = _core.SamplingParams(temperature=0.0)
+        r.max_tokens, r.ignore_eos, r.grammar = 30, True, grammar
+        return r
+
+    emitted: Counter[str] = Counter()
+
+    def counting(name: str) -> _core.ChunkCallback:
+        def on_chunk(text: str, tokens: list[int], *rest: object) -> bool:
+            emitted[name] += len(tokens)
+            return True
+        return on_chunk
+
+    try:
+        core.generate(request(HEALTHY[0]))  # the time of a step is known before the four start
+        plain = {core.start(request(p), counting("plain")) for p in HEALTHY}
+        costly = request("the quick brown", grammar="root ::= [a-z ]*")
+        costly.grammar_mask_seconds = mask_seconds
+        fourth = core.start(costly, counting("fourth"))
+        finished: set[int] = set()
+        when_the_three_ended = -1
+        while fourth not in finished or not plain <= finished:
+            finished.update(core.step().finished)
+            if when_the_three_ended < 0 and plain <= finished:
+                when_the_three_ended = emitted["fourth"]
+        assert emitted["plain"] == 3 * 30
+        return when_the_three_ended, emitted["fourth"]
+    finally:
+        core.close()
+
+
+def test_a_grammar_that_measured_costly_waits_its_turns(tiny_model_path: Path) -> None:
+    """Fair turns (SpecEngine::take_turns): a grammar whose check measured a whole-vocabulary
+    mask far dearer than a step sits out the steps of the generations beside it from its first
+    step on, and still finishes once they are done; a cheap one advances with them."""
+    waited, total = _fourth_beside_three(tiny_model_path, mask_seconds=100.0)
+    assert waited == 0 and total == 30
+    together, total = _fourth_beside_three(tiny_model_path, mask_seconds=0.0)
+    assert together > 10 and total == 30
