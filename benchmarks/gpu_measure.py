@@ -8,8 +8,8 @@ backend can hold (n_gpu_layers -1):
   (Engine.pass_seconds: the median of 5). Batched serving and the controller's k choice rest
   on this curve: flat on a GPU, rising by rows on a CPU;
 - the row counts whose pass gives any row other logits bits than single-token passes at the
-  same positions (localspec.bench.invariance), at a 48- and a 600-token context: what exact mode would
-  have to remove on this backend.
+  same positions (localspec.bench.invariance), at a 48- and a 600-token context: what exact mode
+  would have to remove on this backend.
 The models are random weights (localspec.testing.synthetic), so tokens/s from them say nothing about
 acceptance; the pass costs and bits do not depend on what the weights say.
 """

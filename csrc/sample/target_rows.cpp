@@ -9,8 +9,22 @@ namespace localspec {
 
 namespace {
 // How many of a row's best tokens are checked against the grammar before the whole vocabulary
-// is (constrained_argmax, constrained_warp).
-constexpr int kTopCandidates = 128;
+// is (constrained_argmax, constrained_warp): a few, then a wider set. A wide check costs about
+// its share of a whole mask (4096 of 262,144 tokens: ~1/64); a grammar that allows only rare
+// tokens at a point (the end of generation once it is complete, one word of a list) usually
+// has one among the wider set.
+constexpr int64_t kTopCandidates = 128;
+constexpr int64_t kWideCandidates = 4096;
+
+// The stages' sizes for a vocabulary of n_vocab, each at least `least`, growing, at most n_vocab.
+std::vector<int> stages(int n_vocab, int64_t least) {
+    std::vector<int> out;
+    for (int64_t n : {kTopCandidates, kWideCandidates}) {
+        const int size = static_cast<int>(std::min<int64_t>(n_vocab, std::max(n, least)));
+        if (out.empty() || size > out.back()) out.push_back(size);
+    }
+    return out;
+}
 }  // namespace
 
 TargetRows::TargetRows(const Context& target, int first_row, const std::vector<Token>& history,
@@ -67,16 +81,16 @@ Token TargetRows::argmax(size_t i) {
     return constrained_argmax(logits);
 }
 
-// The best token the grammar allows: the first allowed among the kTopCandidates best (in
-// argmax's order: higher logit, then lower id), which is the answer when its logit is above
-// every token outside them; otherwise (rare) the whole vocabulary is masked, which costs a
-// grammar check per token (~70 ms on a 262k vocabulary).
+// The best token the grammar allows: the first allowed among the row's best tokens (a stage of
+// stages()), in argmax's order (higher logit, then lower id). Any token outside them ranks after
+// every one of them in that order (a lower logit, or the last one's logit and a higher id than
+// each of its ties among them), so the first allowed one is the masked row's argmax. When no
+// stage holds an allowed token the whole vocabulary is masked (~25-170 ms on a 262k vocabulary).
 Token TargetRows::constrained_argmax(const float* logits) {
     const int n_vocab = target_.n_vocab();
-    const std::vector<Token> top = top_tokens(logits, n_vocab, kTopCandidates);
-    const std::vector<Token> allowed = grammar_->allowed(top);
-    if (!allowed.empty() && (top.size() == static_cast<size_t>(n_vocab) || logits[allowed[0]] > logits[top.back()])) {
-        return allowed[0];
+    for (int n : stages(n_vocab, 0)) {
+        const std::vector<Token> allowed = grammar_->allowed(top_tokens(logits, n_vocab, n));
+        if (!allowed.empty()) return allowed[0];
     }
     if (logits != buffer_.data()) buffer_.assign(logits, logits + n_vocab);
     grammar_->mask(buffer_.data(), n_vocab);
@@ -90,22 +104,23 @@ Distribution TargetRows::warped(size_t i) {
     return constrained_warp(logits);
 }
 
-// warp() of the masked row, from the grammar's verdict on the row's best tokens when that
-// decides it (warp_known: top-k or min-p leave out every token not checked), else from the
-// whole vocabulary masked. With llama.cpp's defaults (top_k 40, min_p 0.05) a row inside a
-// JSON string or a word list is decided by its best 160 tokens; a full mask costs ~25 ms for
-// a JSON grammar on a 262k vocabulary.
+// warp() of the masked row, from the grammar's verdict on the row's best tokens (a stage of
+// stages(), at least 4 x top_k) when that decides it (warp_known: top-k or min-p leave out every
+// token not checked), else from the whole vocabulary masked. With llama.cpp's defaults (top_k
+// 40, min_p 0.05) rows inside a JSON string or between its fields are decided by their best
+// 160 tokens; a full mask costs ~25 ms for a JSON grammar on a 262k vocabulary.
 Distribution TargetRows::constrained_warp(const float* logits) {
     const int n_vocab = target_.n_vocab();
-    const int n_top = static_cast<int>(std::min<int64_t>(n_vocab, std::max<int64_t>(kTopCandidates, int64_t{4} * params_.top_k)));
-    const std::vector<Token> top = top_tokens(logits, n_vocab, n_top);
-    const std::vector<Token> allowed = grammar_->allowed(top);
-    shaped_.assign(static_cast<size_t>(n_vocab), -INFINITY);
-    for (Token t : allowed) shaped_[static_cast<size_t>(t)] = logits[t];
-    // Every token outside `top` has a logit at most its last one's (or there is none).
-    const float bound = top.size() == static_cast<size_t>(n_vocab) ? -INFINITY : logits[top.back()];
-    Distribution out;
-    if (warp_known(shaped_.data(), n_vocab, allowed, bound, params_, out)) return out;
+    for (int n : stages(n_vocab, int64_t{4} * params_.top_k)) {
+        const std::vector<Token> top = top_tokens(logits, n_vocab, n);
+        const std::vector<Token> allowed = grammar_->allowed(top);
+        shaped_.assign(static_cast<size_t>(n_vocab), -INFINITY);
+        for (Token t : allowed) shaped_[static_cast<size_t>(t)] = logits[t];
+        // Every token outside `top` has a logit at most its last one's (or there is none).
+        const float bound = n == n_vocab ? -INFINITY : logits[top.back()];
+        Distribution out;
+        if (warp_known(shaped_.data(), n_vocab, allowed, bound, params_, out)) return out;
+    }
     if (logits != buffer_.data()) buffer_.assign(logits, logits + n_vocab);
     grammar_->mask(buffer_.data(), n_vocab);
     return warp(buffer_.data(), n_vocab, params_);
