@@ -18,6 +18,9 @@ default thread count measures the CPUs at start-up; the wait only lets the loops
 alone on the machine:
 
     python benchmarks/threads.py [--rounds 3] [--max-tokens 128] [--settle 5] [--skip-pair]
+                                 [--pair-only]
+
+--pair-only runs table 2's real-pair row alone (more rounds of it in the same time).
 """
 
 from __future__ import annotations
@@ -148,12 +151,14 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=5.0,
                         help="seconds the busy loops run before measuring (load average)")
     parser.add_argument("--skip-pair", action="store_true", help="only the embedded Gemma")
+    parser.add_argument("--pair-only", action="store_true",
+                        help="only the real pair's row of table 2 (no table 1, no Gemma head)")
     args = parser.parse_args()
     registry = load_registry()
     gemma = Path(registry.resolve_pair().target)
     with tempfile.TemporaryDirectory() as folder:
-        setups = [("embedded Gemma + random EAGLE-3 head", gemma,
-                   f"eagle3:{random_head(gemma, Path(folder))}")]
+        setups = [] if args.pair_only else [("embedded Gemma + random EAGLE-3 head", gemma,
+                                             f"eagle3:{random_head(gemma, Path(folder))}")]
         if not args.skip_pair:
             try:
                 target, draft = (Path(registry.resolve_model(name)) for name in PAIR)
@@ -164,8 +169,9 @@ def main() -> int:
             with busy_loops(loops, args.settle):
                 print(f"\n## {label} (load average {system_load()}, default threads "
                       f"{default_threads()})\n")
-                print("| threads | tokens/s (median) | |\n|---|---|---|")
-                print("\n".join(threads_table(args.rounds, args.max_tokens)))
+                if not args.pair_only:
+                    print("| threads | tokens/s (median) | |\n|---|---|---|")
+                    print("\n".join(threads_table(args.rounds, args.max_tokens)))
                 print("\n| setup | plain tok/s | auto tok/s | auto / plain (paired) | A/A | "
                       "drafter |\n"
                       "|---|---|---|---|---|---|")
