@@ -390,7 +390,7 @@ class _Testing:
     def warp(logits: npt.ArrayLike, params: SamplingParams) -> tuple[list[int], list[float]]: ...
     @staticmethod
     def warp_known(
-        row: npt.ArrayLike, known: list[int], bound: float, params: SamplingParams
+        logits: npt.ArrayLike, known: list[int], bound: float, params: SamplingParams
     ) -> tuple[list[int], list[float]] | None: ...
     @staticmethod
     def apply_penalties(

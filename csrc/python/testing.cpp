@@ -206,13 +206,16 @@ void localspec::register_testing(py::module_& m) {
     });
     testing.def(
         "warp_known",
-        [](const py::array_t<float, py::array::c_style | py::array::forcecast>& row, const std::vector<Token>& known,
+        [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits, const std::vector<Token>& known,
            float bound, const SamplingParams& params) -> py::object {
+            for (Token t : known) {
+                if (t < 0 || static_cast<py::ssize_t>(t) >= logits.size()) throw std::out_of_range("a known token is outside the row");
+            }
             Distribution d;
-            if (!warp_known(row.data(), static_cast<int>(row.size()), known, bound, params, d)) return py::none();
+            if (!warp_known(logits.data(), known, bound, params, d)) return py::none();
             return py::make_tuple(d.ids, d.probs);
         },
-        py::arg("row"), py::arg("known"), py::arg("bound"), py::arg("params"));
+        py::arg("logits"), py::arg("known"), py::arg("bound"), py::arg("params"));
     testing.def(
         "apply_penalties",
         [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,

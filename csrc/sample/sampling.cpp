@@ -228,6 +228,18 @@ Distribution warp(const float* logits, int n_vocab, const SamplingParams& params
     return dist;
 }
 
+// warp() of a row whose tokens outside `tokens` are -infinity, computed over those tokens alone:
+// their logits in argmax order (`tokens` is in that order, so a tie between two of them is
+// broken by the lower id in both) give the same survivors, the same masses and the same
+// softmax; the -infinity tokens only add zeros. No pass over the whole vocabulary.
+Distribution warp_among(const float* logits, const std::vector<Token>& tokens, const SamplingParams& params) {
+    std::vector<float> compact(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) compact[i] = logits[tokens[i]];
+    Distribution d = warp(compact.data(), static_cast<int>(compact.size()), params);
+    for (Token& id : d.ids) id = tokens[static_cast<size_t>(id)];
+    return d;
+}
+
 // The masked row's warp keeps the top_k best allowed tokens (top-k), then the shortest prefix of
 // them whose mass, normalised over those top_k, reaches top_p (top-p), then those whose logit is
 // at least the best one's + ln(min_p) (min-p), and takes the softmax at the temperature over
@@ -238,35 +250,33 @@ Distribution warp(const float* logits, int n_vocab, const SamplingParams& params
 //     candidate at a higher id than every tied candidate's. So the top_k survivors are known;
 //  B. min-p: the best allowed token min-p drops is known to be dropped (a known token below
 //     the best + ln(min_p), or else `bound` below it, which bounds every other token), and
-//     top-p over the known tokens keeps at least every token before it. The other allowed tokens only add mass to
-//     top-p's normaliser, which can only make top-p keep more (each probability e_i / Z only
-//     shrinks as Z grows), so min-p still decides.
+//     top-p over the known tokens keeps at least every token before it. The other allowed
+//     tokens only add mass to top-p's normaliser, which can only make top-p keep more (each
+//     probability e_i / Z only shrinks as Z grows), so min-p still decides.
 // Case B's comparisons with the min-p threshold keep a margin (kMargin, in logits) so that
 // rounding in warp's own arithmetic, which normalises before it compares, cannot tip them.
-bool warp_known(const float* row, int n_vocab, const std::vector<Token>& known, float bound,
-                const SamplingParams& params, Distribution& out) {
+bool warp_known(const float* logits, const std::vector<Token>& known, float bound, const SamplingParams& params,
+                Distribution& out) {
     if (known.empty()) return false;
-    if (bound == -INFINITY) {  // no other token may be sampled
-        out = warp(row, n_vocab, params);
-        return true;
-    }
     const size_t k = params.top_k > 0 ? static_cast<size_t>(params.top_k) : 0;
-    if (k > 0 && known.size() >= k) {  // case A
-        out = warp(row, n_vocab, params);
+    if (bound == -INFINITY || (k > 0 && known.size() >= k)) {  // nothing else may be sampled, or case A
+        out = warp_among(logits, known, params);
         return true;
     }
     if (params.min_p <= 0.0f) return false;
     constexpr double kMargin = 1e-4;
-    const double threshold = static_cast<double>(row[known[0]]) + std::log(static_cast<double>(params.min_p));
+    const double threshold = static_cast<double>(logits[known[0]]) + std::log(static_cast<double>(params.min_p));
     size_t kept = 0;  // known tokens min-p keeps (a prefix: `known` is in descending order)
-    while (kept < known.size() && static_cast<double>(row[known[kept]]) >= threshold) ++kept;
+    while (kept < known.size() && static_cast<double>(logits[known[kept]]) >= threshold) ++kept;
     if (kept == 0) return false;  // min_p above 1
     // The best allowed token min-p drops: a known one, or else one at most `bound` (every known
     // token is at least `bound`). Top-k keeps all the known tokens here (case A failed).
-    const double first_dropped = kept < known.size() ? static_cast<double>(row[known[kept]]) : static_cast<double>(bound);
-    const bool decided = first_dropped < threshold - kMargin && static_cast<double>(row[known[kept - 1]]) > threshold + kMargin;
-    if (!decided) return false;
-    Distribution d = warp(row, n_vocab, params);
+    const double first_dropped =
+        kept < known.size() ? static_cast<double>(logits[known[kept]]) : static_cast<double>(bound);
+    if (!(first_dropped < threshold - kMargin && static_cast<double>(logits[known[kept - 1]]) > threshold + kMargin)) {
+        return false;
+    }
+    Distribution d = warp_among(logits, known, params);
     if (d.size() != kept) return false;  // top-p (or an underflow) cut before min-p did
     out = std::move(d);
     return true;

@@ -61,13 +61,12 @@ Distribution warp(const float* logits, int n_vocab, const SamplingParams& params
 // warp() of a row of which only some tokens may be sampled, when that is decided by the few
 // of them that are known: `known` lists, in argmax order, the allowed tokens among the row's
 // best candidates (top_tokens(): every other token ranks after them), and every allowed token
-// outside `known` has a logit at most `bound`.
-// `row` holds the known tokens' logits and -infinity elsewhere (the caller's buffer). Returns
-// false, leaving `out` alone, when the other allowed tokens could change the distribution
-// (then mask the whole row); otherwise `out` is bit for bit what warp() of the fully masked
-// row gives.
-bool warp_known(const float* row, int n_vocab, const std::vector<Token>& known, float bound,
-                const SamplingParams& params, Distribution& out);
+// outside `known` has a logit at most `bound` (-infinity: there is none). Reads `logits` at the
+// known tokens only. Returns false, leaving `out` alone, when the other allowed tokens could
+// change the distribution (then mask the whole row); otherwise `out` is bit for bit what warp()
+// of the fully masked row gives.
+bool warp_known(const float* logits, const std::vector<Token>& known, float bound, const SamplingParams& params,
+                Distribution& out);
 
 // Apply the penalties in place to `logits`, for the position that follows `context` (its last
 // penalty_last_n tokens count). Does nothing when !params.penalized().

@@ -113,13 +113,10 @@ Distribution TargetRows::constrained_warp(const float* logits) {
     const int n_vocab = target_.n_vocab();
     for (int n : stages(n_vocab, int64_t{4} * params_.top_k)) {
         const std::vector<Token> top = top_tokens(logits, n_vocab, n);
-        const std::vector<Token> allowed = grammar_->allowed(top);
-        shaped_.assign(static_cast<size_t>(n_vocab), -INFINITY);
-        for (Token t : allowed) shaped_[static_cast<size_t>(t)] = logits[t];
         // Every token outside `top` has a logit at most its last one's (or there is none).
         const float bound = n == n_vocab ? -INFINITY : logits[top.back()];
         Distribution out;
-        if (warp_known(shaped_.data(), n_vocab, allowed, bound, params_, out)) return out;
+        if (warp_known(logits, grammar_->allowed(top), bound, params_, out)) return out;
     }
     if (logits != buffer_.data()) buffer_.assign(logits, logits + n_vocab);
     grammar_->mask(buffer_.data(), n_vocab);

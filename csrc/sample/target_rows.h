@@ -49,7 +49,6 @@ private:
     const std::vector<std::vector<Token>>* candidates_;
     std::vector<Token> window_;  // the tokens before the current row (penalty window only)
     std::vector<float> buffer_;
-    std::vector<float> shaped_;  // constrained_warp's row: the allowed candidates, -infinity elsewhere
     size_t row_ = 0;  // the row the grammar and the window are at
 };
 

@@ -126,10 +126,8 @@ def _warp_known_trials(sp: _core.SamplingParams, n_vocab: int, seed: int) -> tup
                 known = [t for t in top if allowed[t]]
                 if not known:
                     continue
-                row = np.full(n_vocab, -np.inf, dtype=np.float32)
-                row[known] = logits[known]
                 bound = -np.inf if len(top) == n_vocab else float(logits[top[-1]])
-                got = _core.testing.warp_known(row, known, bound, sp)
+                got = _core.testing.warp_known(logits, known, bound, sp)  # the unmasked row
                 rows += 1
                 if got is None:
                     continue
