@@ -25,6 +25,19 @@ std::vector<int> stages(int n_vocab, int64_t least) {
     }
     return out;
 }
+
+// The next stage: extends `allowed`, the allowed tokens among the row's best `checked` in argmax
+// order, to its best n. top_tokens(n) begins with top_tokens(checked) (one total order: logit,
+// then id), so only the new ones are checked. Returns the n-th best logit, which bounds every
+// token outside them (-infinity when there is none).
+float allow_best(const float* logits, int n_vocab, int n, Grammar& grammar, size_t& checked,
+                 std::vector<Token>& allowed) {
+    const std::vector<Token> top = top_tokens(logits, n_vocab, n);
+    const std::vector<Token> fresh = grammar.allowed(std::vector<Token>(top.begin() + static_cast<long>(checked), top.end()));
+    allowed.insert(allowed.end(), fresh.begin(), fresh.end());
+    checked = top.size();
+    return n == n_vocab ? -INFINITY : logits[top.back()];
+}
 }  // namespace
 
 TargetRows::TargetRows(const Context& target, int first_row, const std::vector<Token>& history,
@@ -88,8 +101,10 @@ Token TargetRows::argmax(size_t i) {
 // stage holds an allowed token the whole vocabulary is masked (~25-170 ms on a 262k vocabulary).
 Token TargetRows::constrained_argmax(const float* logits) {
     const int n_vocab = target_.n_vocab();
+    std::vector<Token> allowed;
+    size_t checked = 0;
     for (int n : stages(n_vocab, 0)) {
-        const std::vector<Token> allowed = grammar_->allowed(top_tokens(logits, n_vocab, n));
+        allow_best(logits, n_vocab, n, *grammar_, checked, allowed);
         if (!allowed.empty()) return allowed[0];
     }
     if (logits != buffer_.data()) buffer_.assign(logits, logits + n_vocab);
@@ -111,12 +126,12 @@ Distribution TargetRows::warped(size_t i) {
 // 160 tokens; a full mask costs ~25 ms for a JSON grammar on a 262k vocabulary.
 Distribution TargetRows::constrained_warp(const float* logits) {
     const int n_vocab = target_.n_vocab();
+    std::vector<Token> allowed;
+    size_t checked = 0;
     for (int n : stages(n_vocab, int64_t{4} * params_.top_k)) {
-        const std::vector<Token> top = top_tokens(logits, n_vocab, n);
-        // Every token outside `top` has a logit at most its last one's (or there is none).
-        const float bound = n == n_vocab ? -INFINITY : logits[top.back()];
+        const float bound = allow_best(logits, n_vocab, n, *grammar_, checked, allowed);
         Distribution out;
-        if (warp_known(logits, grammar_->allowed(top), bound, params_, out)) return out;
+        if (warp_known(logits, allowed, bound, params_, out)) return out;
     }
     if (logits != buffer_.data()) buffer_.assign(logits, logits + n_vocab);
     grammar_->mask(buffer_.data(), n_vocab);
