@@ -85,6 +85,15 @@ const float* TargetRows::from_candidates(size_t i) {
     return buffer_.data();
 }
 
+// The row with every token the grammar forbids at -infinity: the whole vocabulary checked (the
+// expensive fallback of constrained_argmax and constrained_warp). `logits` may be buffer_ itself.
+const float* TargetRows::masked(const float* logits) {
+    const int n_vocab = target_.n_vocab();
+    if (logits != buffer_.data()) buffer_.assign(logits, logits + n_vocab);
+    grammar_->mask(buffer_.data(), n_vocab);
+    return buffer_.data();
+}
+
 Token TargetRows::argmax(size_t i) {
     if (const float* shaped = from_candidates(i)) return localspec::argmax(shaped, target_.n_vocab());
     const float* logits = penalized(i);
@@ -107,9 +116,7 @@ Token TargetRows::constrained_argmax(const float* logits) {
         allow_best(logits, n_vocab, n, *grammar_, checked, allowed);
         if (!allowed.empty()) return allowed[0];
     }
-    if (logits != buffer_.data()) buffer_.assign(logits, logits + n_vocab);
-    grammar_->mask(buffer_.data(), n_vocab);
-    return localspec::argmax(buffer_.data(), n_vocab);
+    return localspec::argmax(masked(logits), n_vocab);
 }
 
 Distribution TargetRows::warped(size_t i) {
@@ -133,9 +140,7 @@ Distribution TargetRows::constrained_warp(const float* logits) {
         Distribution out;
         if (warp_known(logits, allowed, bound, params_, out)) return out;
     }
-    if (logits != buffer_.data()) buffer_.assign(logits, logits + n_vocab);
-    grammar_->mask(buffer_.data(), n_vocab);
-    return warp(buffer_.data(), n_vocab, params_);
+    return warp(masked(logits), n_vocab, params_);
 }
 
 void TargetRows::emit(Token token) {

@@ -35,6 +35,8 @@ private:
     void advance_to(size_t i);
     // Row i's logits with penalties applied (the raw row when there are none).
     const float* penalized(size_t i);
+    // Row `logits` masked to what the grammar allows over the whole vocabulary (in buffer_).
+    const float* masked(const float* logits);
     Token constrained_argmax(const float* logits);
     Distribution constrained_warp(const float* logits);
     // Row i shaped as plain decoding shapes it, from its candidates' logits alone: the allowed

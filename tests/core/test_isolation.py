@@ -65,7 +65,6 @@ def test_a_grammar_that_matches_nothing_is_an_error_not_noise(
     assert "\ufffd" not in str(raised.value)
 
 
-
 def _fourth_beside_three(tiny_model_path: Path, mask_seconds: float) -> tuple[int, int]:
     """Three plain greedy generations and a fourth under a grammar whose check measured
     `mask_seconds` for one mask of the vocabulary, on one core with four slots. Returns the
