@@ -52,13 +52,10 @@ Layout layout_of(const ggml_tensor* w) {
     return Layout::File;
 }
 
-// The types default mode takes (body_matmul.h, faster_body_types()). Q4_0, Q4_K and Q6_K have
-// kernels too, which only exact mode uses: on the real Qwen2.5-Coder 1.5B Q4_K_M (issue 51,
-// docs/measurements/real-pair.md) localspec's Q4_K and Q6_K kernels decoded plainly at
-// 0.74-0.80x of llama.cpp's repacked ones at 1 thread and 0.89-0.90x at 2 (Q4_K); the
-// generated model that had put them level or ahead did not show it.
+// The types default mode takes (body_matmul.h, faster_body_types()). Q4_0 has a kernel too
+// (widened to int8, 34 bytes a block against 18), which only exact mode uses.
 std::vector<ggml_type> faster_types() {
-    return {GGML_TYPE_Q8_0, GGML_TYPE_Q5_0};
+    return {GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
 }
 
 bool is_faster(ggml_type type) {

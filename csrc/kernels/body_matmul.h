@@ -48,17 +48,12 @@ public:
     BodyKernelClaim& operator=(const BodyKernelClaim&) = delete;
 };
 
-// The ggml type names default mode's claim (BodyKernelClaim::Faster) takes: Q8_0 and Q5_0, on
-// every x86 kernel set; they beat llama.cpp's (llamafile's sgemm) at any row count. Q4_K and
-// Q6_K went back to llama.cpp's repacked kernels in default mode (exact mode keeps ours): on the
-// real Qwen2.5-Coder 1.5B Q4_K_M ours decoded at 0.74-0.80x at 1 thread and ~0.9x at 2 (issue
-// 51), although on a generated model: with AVX-512's pair tiles (x86/int8_tiles.h) a prompt's hundreds of rows
-// are as fast as llama.cpp's repacked Q4_K kernel and faster than its Q6_K one; with AVX2 alone
-// llama.cpp's tiled kernels are level on a large matrix's long prompt, but one matrix of 2-16
-// rows (every verification pass) takes 1.4-1.5x less time and whole passes and prompts less too
-// (docs/design.md, "Body kernels"). One row of a matrix timed alone is level, or ~0.85x for a
-// Q6_K one larger than the cache; whole one-row passes still came out ahead.
-std::vector<std::string> faster_body_types();
+// The ggml type names default mode's claim (BodyKernelClaim::Faster) takes: Q8_0, Q5_0, Q4_K
+// and Q6_K, on every x86 kernel set. On the real Qwen2.5-Coder 1.5B Q4_K_M (issue 51) one row
+// decodes as fast as with llama.cpp's repacked kernels at 2 threads and faster at 1, since the
+// tiles prefetch their weights into L2 (x86/int8_tiles.h, prefetch_block), and a verification
+// pass's extra rows cost a fraction of what they cost llama.cpp's (a 2-row pass 1.16x a one-row
+// pass at 1 thread against 1.84x; docs/design.md, "Body kernels").
 
 // How many weights localspec's buffer type holds in this process (tests: a model loaded under a
 // claim must have put its matrices there).

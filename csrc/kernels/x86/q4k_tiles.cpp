@@ -32,36 +32,39 @@ using namespace q4k_layout;  // kValues, kSc, kMin, kD, kDmin, kPackedBlock (til
         LOCALSPEC_UNROLL for (int j = 0; j < ROWS; ++j) acc[j] = _mm256_setzero_ps();                   \
         for (int b = 0; b < nsb; ++b) {                                                                 \
             const uint8_t* p = group + static_cast<size_t>(b) * kPackedBlock;                           \
-            /* a weight stream the hardware prefetcher alone serves slowly: 4 blocks ahead */           \
-            for (size_t line = 0; line < kPackedBlock; line += 64) {                                    \
-                _mm_prefetch(reinterpret_cast<const char*>(p + 4 * kPackedBlock + line), _MM_HINT_T0);  \
-            }                                                                                           \
+            prefetch_block<kPackedBlock>(p);                                                            \
             const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kD)));  \
             const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kDmin)));  \
-            for (int s = 0; s < 8; ++s) {                                                               \
-                const __m256i* v = reinterpret_cast<const __m256i*>(p + kValues) + (s / 2) * 8;          \
-                const __m128i shift = _mm_cvtsi32_si128((s & 1) * 4);                                 \
-                __m256i w[8];                                                                           \
+            /* vector (c, k) holds sub-block 2c in its low nibbles and 2c + 1 in its high ones: */     \
+            /* loaded once for both */                                                                 \
+            for (int c = 0; c < 4; ++c) {                                                               \
+                const __m256i* v = reinterpret_cast<const __m256i*>(p + kValues) + c * 8;                \
+                __m256i w[2][8];                                                                        \
                 LOCALSPEC_UNROLL for (int k = 0; k < 8; ++k) {                                          \
-                    w[k] = _mm256_and_si256(_mm256_srl_epi16(_mm256_loadu_si256(v + k), shift), low);  \
+                    const __m256i raw = _mm256_loadu_si256(v + k);                                      \
+                    w[0][k] = _mm256_and_si256(raw, low);                                               \
+                    w[1][k] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);                         \
                 }                                                                                       \
-                const __m256 a = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(                \
-                                                      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + kSc + s * 8)))));  \
-                const __m256 m = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(             \
-                                                      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + kMin + s * 8)))));  \
-                LOCALSPEC_UNROLL for (int j = 0; j < ROWS; ++j) {                                       \
-                    const size_t xb = static_cast<size_t>(first_row + j) * nb + b * 8 + s;               \
-                    const int32_t* x = job.q->words.data() + xb * 8;                                     \
-                    __m256i part[CHAINS];                                                               \
-                    LOCALSPEC_UNROLL for (int c = 0; c < CHAINS; ++c) part[c] = _mm256_setzero_si256(); \
-                    LOCALSPEC_UNROLL for (int k = 0; k < 8; ++k) {                                      \
-                        part[k % CHAINS] = DPBUSD(part[k % CHAINS], w[k], _mm256_set1_epi32(x[k]));      \
+                LOCALSPEC_UNROLL for (int h = 0; h < 2; ++h) {                                          \
+                    const int s = 2 * c + h;                                                            \
+                    const __m256 a = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(            \
+                                                          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + kSc + s * 8)))));  \
+                    const __m256 m = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(         \
+                                                          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + kMin + s * 8)))));  \
+                    LOCALSPEC_UNROLL for (int j = 0; j < ROWS; ++j) {                                   \
+                        const size_t xb = static_cast<size_t>(first_row + j) * nb + b * 8 + s;           \
+                        const int32_t* x = job.q->words.data() + xb * 8;                                 \
+                        __m256i part[CHAINS];                                                           \
+                        LOCALSPEC_UNROLL for (int i = 0; i < CHAINS; ++i) part[i] = _mm256_setzero_si256();  \
+                        LOCALSPEC_UNROLL for (int k = 0; k < 8; ++k) {                                  \
+                            part[k % CHAINS] = DPBUSD(part[k % CHAINS], w[h][k], _mm256_set1_epi32(x[k]));  \
+                        }                                                                               \
+                        __m256i isum = part[0];                                                         \
+                        LOCALSPEC_UNROLL for (int i = 1; i < CHAINS; ++i) isum = _mm256_add_epi32(isum, part[i]);  \
+                        const __m256 t = _mm256_fmsub_ps(_mm256_cvtepi32_ps(isum), a,                   \
+                                                         _mm256_mul_ps(m, _mm256_set1_ps(job.q->sum[xb])));  \
+                        acc[j] = _mm256_fmadd_ps(t, _mm256_set1_ps(job.q->scale[xb]), acc[j]);           \
                     }                                                                                   \
-                    __m256i isum = part[0];                                                             \
-                    LOCALSPEC_UNROLL for (int c = 1; c < CHAINS; ++c) isum = _mm256_add_epi32(isum, part[c]);  \
-                    const __m256 t = _mm256_fmsub_ps(_mm256_cvtepi32_ps(isum), a,                       \
-                                                     _mm256_mul_ps(m, _mm256_set1_ps(job.q->sum[xb])));   \
-                    acc[j] = _mm256_fmadd_ps(t, _mm256_set1_ps(job.q->scale[xb]), acc[j]);               \
                 }                                                                                       \
             }                                                                                           \
         }                                                                                               \

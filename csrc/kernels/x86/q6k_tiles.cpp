@@ -31,9 +31,7 @@ using Job = Q6KJob;
         __m256 acc[ROWS];                                                                            \
         LOCALSPEC_UNROLL for (int r = 0; r < ROWS; ++r) acc[r] = _mm256_setzero_ps();                \
         for (int s = 0; s < ns; ++s) {                                                               \
-            for (int line = 0; line < 1536; line += 64) {                                            \
-                _mm_prefetch(reinterpret_cast<const char*>(w + (s + 2) * 48) + line, _MM_HINT_T0);   \
-            }                                                                                        \
+            prefetch_block<1536>(w + s * 48);                                                        \
             __m256i isum[ROWS];                                                                      \
             LOCALSPEC_UNROLL for (int r = 0; r < ROWS; ++r) isum[r] = _mm256_setzero_si256();        \
             for (int j = 0; j < 16; ++j) {                                                           \

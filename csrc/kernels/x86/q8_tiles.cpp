@@ -40,6 +40,7 @@ __attribute__((target("avx2"))) inline __m256i dot_signed_avx2(__m256i acc, __m2
         LOCALSPEC_UNROLL for (int j = 0; j < ROWS; ++j) acc[j] = _mm256_setzero_ps();                \
         constexpr int CHAINS = ROWS >= 4 ? 1 : ROWS >= 2 ? 2 : 4;                                    \
         for (int b = 0; b < nb; ++b) {                                                               \
+            prefetch_block<256>(w + b * 8);                                                          \
             __m256i wk[8];                                                                           \
             LOCALSPEC_UNROLL for (int k = 0; k < 8; ++k) wk[k] = WEIGHTS(_mm256_loadu_si256(w + b * 8 + k));  \
             const __m256 scale_w = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dw + b * 8)));  \
