@@ -54,6 +54,7 @@ public:
 // tiles prefetch their weights into L2 (x86/int8_tiles.h, prefetch_block), and a verification
 // pass's extra rows cost a fraction of what they cost llama.cpp's (a 2-row pass 1.16x a one-row
 // pass at 1 thread against 1.84x; docs/design.md, "Body kernels").
+std::vector<std::string> faster_body_types();
 
 // How many weights localspec's buffer type holds in this process (tests: a model loaded under a
 // claim must have put its matrices there).
