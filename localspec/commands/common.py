@@ -130,8 +130,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, positional_pair: boo
                        "localspec's faster CPU head where it applies)")
     group.add_argument("--llama-body", action="store_true",
                        help="multiply the target's body matrices with llama.cpp's kernels "
-                       "(default: localspec's faster CPU kernels where they apply: Q8_0 and "
-                       "Q5_0)")
+                       "(default: localspec's faster CPU kernels where they apply: Q8_0, "
+                       "Q5_0, Q4_K and Q6_K)")
     group.add_argument("--rpc", type=rpc_arg, default=None, metavar="HOST:PORT[,HOST:PORT...]",
                        help="spread the target's layers over these `localspec rpc-worker`s "
                        "(docs/rpc.md); the drafter and the output layer stay local (default: "

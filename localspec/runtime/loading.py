@@ -71,7 +71,7 @@ class LoadOptions:
     # when the model's head allows it; False: always llama.cpp's.
     fast_head: bool = True
     # The target's body matrices of the types localspec's int8 kernels multiply faster
-    # (_core.faster_body_types(): Q8_0 and Q5_0; csrc/kernels/body_matmul.h) where this
+    # (_core.faster_body_types(): Q8_0, Q5_0, Q4_K, Q6_K; csrc/kernels/body_matmul.h) where this
     # CPU runs them and ``repack`` holds; False: llama.cpp's (exact mode always uses
     # localspec's, for every quantized matrix).
     fast_body: bool = True
